@@ -1,0 +1,1 @@
+"""certa.algorithms: reasoning programs, answers, signals and policies written in certa's DSL."""

@@ -1,0 +1,1 @@
+"""certa.dsl: graphs of @step functions with @certaindex signals, compiled to Programs."""

@@ -1,0 +1,141 @@
+"""The backend protocol every engine implements, plus the generic sequence fallback.
+
+A backend serves ``GenRequest``/``ScoreRequest`` objects, aborts by exact rid, reports the
+rids it still holds, and may offer *sequences*: a live generation that can be extended
+chunk by chunk and probed with exact KV rollback (``Capabilities.rollback_probe``).
+Backends without native sequences get :class:`ChunkedSequence`, which re-issues
+``prompt + text so far`` as new requests (cheap where the engine caches prefixes).
+
+Example:
+    >>> import asyncio
+    >>> from certa.runtime.backends.scripted import ScriptedBackend
+    >>> from certa.runtime.types import GenRequest
+    >>> b = ScriptedBackend(responses=["four"])
+    >>> asyncio.run(b.generate(GenRequest(prompt="2+2?", rid="r1"))).text
+    'four'
+"""
+
+from __future__ import annotations
+
+import abc
+
+from ..types import Capabilities, GenRequest, GenResult, ScoreRequest, ScoreResult
+
+
+class Backend(abc.ABC):
+    """Abstract engine. Subclasses implement ``generate``, ``abort`` and ``live_rids``."""
+
+    capabilities: Capabilities = Capabilities()
+
+    @abc.abstractmethod
+    async def generate(self, req: GenRequest) -> GenResult:
+        """Generate a completion for ``req``. Cancelling the awaiting task must stop the work."""
+
+    @abc.abstractmethod
+    async def abort(self, rid: str) -> bool:
+        """Abort the request with this exact rid; True if it was live. Unknown rids are ignored."""
+
+    @abc.abstractmethod
+    def live_rids(self) -> set[str]:
+        """Rids the backend is still working on (queued or running)."""
+
+    async def score(self, req: ScoreRequest) -> ScoreResult:
+        """Probability of each option as the continuation of ``req.prompt``.
+
+        Default: greedy-generate a few tokens once and put all mass on the option it starts
+        with (a coarse fallback for engines without logprobs).
+        """
+        out = await self.generate(GenRequest(prompt=req.prompt, max_tokens=4, temperature=0.0,
+                                             rid=req.rid, program_id=req.program_id, step=req.step,
+                                             branch=req.branch, priority=req.priority, kind="score",
+                                             chat=req.chat))
+        text = out.text.strip().lower()
+        probs = {o: (1.0 if text.startswith(o.lower()) else 0.0) for o in req.options}
+        if not any(probs.values()):
+            probs = {o: 1.0 / len(req.options) for o in req.options}
+        return ScoreResult(probs=probs, prompt_tokens=out.prompt_tokens, tokens=out.tokens, rid=req.rid)
+
+    async def open_sequence(self, req: GenRequest) -> "Sequence":
+        """Start a live sequence for ``req`` (prompt only; nothing is decoded yet)."""
+        return ChunkedSequence(self, req)
+
+    async def close(self) -> None:
+        """Release engine resources. Idempotent."""
+
+    async def __aenter__(self) -> "Backend":
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.close()
+
+
+class Sequence(abc.ABC):
+    """A live generation that grows chunk by chunk and can be probed between chunks."""
+
+    def __init__(self, req: GenRequest) -> None:
+        self.req = req
+        self.text = ""
+        self.tokens = 0
+        self.finished = False
+        self.finish_reason: str | None = None
+        self.prompt_tokens = 0
+
+    @property
+    def rid(self) -> str:
+        return self.req.rid
+
+    @abc.abstractmethod
+    async def extend(self, max_new_tokens: int) -> GenResult:
+        """Decode up to ``max_new_tokens`` more tokens; returns only the new chunk."""
+
+    @abc.abstractmethod
+    async def probe(self, suffix: str, max_tokens: int = 20, *, rid: str = "") -> GenResult:
+        """Append ``suffix``, decode greedily, then forget both: the sequence is unchanged."""
+
+    async def close(self) -> None:
+        """Free the sequence's resources."""
+
+
+class ChunkedSequence(Sequence):
+    """Generic sequence over any backend: each chunk and probe is a separate request.
+
+    Exactness caveat: re-tokenising ``prompt + text`` at chunk boundaries can differ from
+    one continuous decode; backends with ``rollback_probe`` avoid this.
+    """
+
+    def __init__(self, backend: Backend, req: GenRequest) -> None:
+        super().__init__(req)
+        self.backend = backend
+        self._chunk = 0
+
+    def _sub(self, tag: str, **overrides) -> GenRequest:
+        r = self.req
+        fields = dict(prompt=r.prompt + self.text, max_tokens=r.max_tokens, temperature=r.temperature,
+                      top_p=r.top_p, top_k=r.top_k, seed=r.seed, stop=r.stop, rid=f"{r.rid}.{tag}",
+                      program_id=r.program_id, step=r.step, branch=r.branch, priority=r.priority,
+                      prefix_hint=r.prefix_hint, kind=r.kind, logprobs=r.logprobs, chat=r.chat)
+        fields.update(overrides)
+        return GenRequest(**fields)
+
+    async def extend(self, max_new_tokens: int) -> GenResult:
+        if self.finished:
+            return GenResult(text="", tokens=0, finish_reason=self.finish_reason or "stop", rid=self.rid)
+        budget = min(max_new_tokens, self.req.max_tokens - self.tokens)
+        seed = None if self.req.seed is None else self.req.seed + self._chunk
+        sub = self._sub(f"c{self._chunk}", max_tokens=max(budget, 0), seed=seed)
+        self._chunk += 1
+        out = await self.backend.generate(sub)
+        self.text += out.text
+        self.tokens += out.tokens
+        self.prompt_tokens += out.prompt_tokens
+        if out.finish_reason != "length" or self.tokens >= self.req.max_tokens:
+            self.finished = True
+            self.finish_reason = out.finish_reason if self.tokens < self.req.max_tokens else "length"
+        return out
+
+    async def probe(self, suffix: str, max_tokens: int = 20, *, rid: str = "") -> GenResult:
+        sub = self._sub("probe", prompt=self.req.prompt + self.text + suffix, max_tokens=max_tokens,
+                        temperature=0.0, top_p=1.0, top_k=0, stop=(), kind="probe")
+        if rid:
+            sub.rid = rid
+        return await self.backend.generate(sub)

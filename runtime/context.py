@@ -1,0 +1,153 @@
+"""Context: the only way a step talks to the model (gen, sequences with probes, score, call).
+
+Every request gets a unique rid ``{program}:{step}:{branch}:{n}``, goes through the
+scheduler, is counted per program and kind, and is aborted on the backend if the awaiting
+task is cancelled (early exit, Ctrl-C, client disconnect).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from typing import TYPE_CHECKING, Any
+
+from .errors import BackendError, CertaError, LimitExceededError
+from .types import GenRequest, GenResult, ScoreRequest, ScoreResult, TokenKind
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .program import Program
+    from .result import Result
+    from .runtime import ProgramRun
+
+
+class Context:
+    """Per-step handle: ``ctx.gen``, ``ctx.sequence``, ``ctx.score``, ``ctx.call``.
+
+    Attributes:
+        step: name of the running step; ``branch``: its branch index; ``payload``: the value
+        a fan-out ``Send`` carried to this branch (or None).
+    """
+
+    __slots__ = ("run", "step", "branch", "payload")
+
+    def __init__(self, run: "ProgramRun", step: str = "", branch: int = 0, payload: Any = None) -> None:
+        self.run = run
+        self.step = step
+        self.branch = branch
+        self.payload = payload
+
+    def child(self, step: str, branch: int = 0, payload: Any = None) -> "Context":
+        return Context(self.run, step, branch, payload)
+
+    @property
+    def program(self) -> "Program":
+        return self.run.program
+
+    @property
+    def program_id(self) -> str:
+        return self.run.program.program_id
+
+    def _rid(self, tag: str = "") -> str:
+        return f"{self.run.program.program_id}:{self.step}:{self.branch}:{next(self.run.rid_counter)}{tag}"
+
+    def _request(self, prompt: str, kind: TokenKind, max_tokens: int, temperature: float, top_p: float,
+                 top_k: int, seed: int | None, stop, logprobs: int, chat: bool, prefix_hint: str | None) -> GenRequest:
+        limits = self.run.runtime.limits
+        if limits.max_prompt_chars is not None and len(prompt) > limits.max_prompt_chars:
+            raise LimitExceededError(f"prompt of {len(prompt)} chars is over the limit {limits.max_prompt_chars}",
+                                     program=self.program_id, step=self.step, branch=self.branch)
+        if limits.max_tokens_per_request is not None and max_tokens > limits.max_tokens_per_request:
+            raise LimitExceededError(f"max_tokens={max_tokens} is over the limit {limits.max_tokens_per_request}",
+                                     program=self.program_id, step=self.step, branch=self.branch)
+        return GenRequest(prompt=prompt, max_tokens=max_tokens, temperature=temperature, top_p=top_p,
+                          top_k=top_k, seed=seed, stop=tuple([stop] if isinstance(stop, str) else stop),
+                          rid=self._rid(), program_id=self.program_id, step=self.step, branch=self.branch,
+                          kind=kind, logprobs=logprobs, chat=chat,
+                          prefix_hint=prefix_hint if prefix_hint is not None else self.program_id)
+
+    async def gen(self, prompt: str, *, max_tokens: int = 256, temperature: float = 0.0, top_p: float = 1.0,
+                  top_k: int = 0, seed: int | None = None, stop: str | tuple[str, ...] | list[str] = (),
+                  kind: TokenKind = "main", logprobs: int = 0, chat: bool = False,
+                  prefix_hint: str | None = None) -> GenResult:
+        """Generate from ``prompt``. ``chat=True`` wraps it in the model's chat template."""
+        req = self._request(prompt, kind, max_tokens, temperature, top_p, top_k, seed, stop, logprobs, chat,
+                            prefix_hint)
+        return await self.run.submit(req, self)
+
+    async def score(self, prompt: str, options: tuple[str, ...] = ("Yes", "No"), *, chat: bool = False) -> ScoreResult:
+        """Probability of each option as the next text (self-evaluation rewards)."""
+        req = ScoreRequest(prompt=prompt, options=tuple(options), rid=self._rid(), program_id=self.program_id,
+                           step=self.step, branch=self.branch, chat=chat)
+        return await self.run.submit_score(req, self)
+
+    async def sequence(self, prompt: str, *, max_tokens: int = 1024, temperature: float = 0.0,
+                       top_p: float = 1.0, top_k: int = 0, seed: int | None = None,
+                       stop: str | tuple[str, ...] = (), chat: bool = False) -> "ManagedSequence":
+        """Open a live sequence to grow chunk by chunk and probe between chunks (CoT probing)."""
+        req = self._request(prompt, "main", max_tokens, temperature, top_p, top_k, seed, stop, 0, chat, None)
+        seq = await self.run.backend.open_sequence(req)
+        managed = ManagedSequence(self, seq)
+        self.run.sequences.append(managed)
+        return managed
+
+    async def call(self, program: Any, /, **inputs: Any) -> "Result":
+        """Run a sub-program (compiled graph or Program) to completion as part of this step.
+
+        Its tokens count toward this program too; cancelling this step cancels it.
+        """
+        result = await self.run.runtime.run(program, _parent=self.run, **inputs)
+        if result.error is not None and not isinstance(result.error, asyncio.CancelledError):
+            raise result.error
+        return result
+
+    def emit(self, kind: str, **data: Any) -> None:
+        """Publish a custom event on the runtime's event stream."""
+        self.run.runtime.events.emit(kind, self.program_id, self.step, self.branch, **data)
+
+
+class ManagedSequence:
+    """A backend sequence whose chunks and probes are counted and aborted like requests."""
+
+    def __init__(self, ctx: Context, seq) -> None:
+        self.ctx = ctx
+        self.seq = seq
+        self._probes = itertools.count()
+
+    @property
+    def text(self) -> str:
+        return self.seq.text
+
+    @property
+    def tokens(self) -> int:
+        return self.seq.tokens
+
+    @property
+    def finished(self) -> bool:
+        return self.seq.finished
+
+    @property
+    def exact_probes(self) -> bool:
+        """True when probes roll the KV back exactly (native backend support)."""
+        return bool(self.ctx.run.backend.capabilities.rollback_probe)
+
+    async def extend(self, max_new_tokens: int) -> GenResult:
+        return await self.ctx.run.guard(self.seq.rid, self.seq.extend(max_new_tokens), "main", self.ctx)
+
+    async def probe(self, suffix: str, max_tokens: int = 20) -> GenResult:
+        rid = f"{self.seq.rid}.probe{next(self._probes)}"
+        return await self.ctx.run.guard(rid, self.seq.probe(suffix, max_tokens, rid=rid), "probe", self.ctx)
+
+    async def close(self) -> None:
+        if self in self.ctx.run.sequences:
+            self.ctx.run.sequences.remove(self)
+            await self.seq.close()
+        self.ctx.run.inflight.discard(self.seq.rid)
+
+    async def __aenter__(self) -> "ManagedSequence":
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.close()
+
+
+__all__ = ["Context", "ManagedSequence", "BackendError", "CertaError"]

@@ -1,0 +1,169 @@
+"""Stopping policies: read a Program between steps and say continue or stop.
+
+Built-ins here are the paper's threshold rule and the two baselines; ``certa.algorithms``
+adds Pareto curves and the published SC stopping rules on the same interface.
+
+Example:
+    >>> p = Threshold(0.6, detect_at=4)
+    >>> p.requires_certaindex
+    True
+    >>> Even(8).to_dict()
+    {'kind': 'even', 'cap': 8}
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .program import Program
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    stop: bool
+    reason: str = ""
+
+
+CONTINUE = Decision(False)
+
+
+class Policy(abc.ABC):
+    """Decides after each step whether a program stops. ``min_samples`` guards every rule."""
+
+    kind: ClassVar[str] = "policy"
+    requires_certaindex: ClassVar[bool] = False
+    registry: ClassVar[dict[str, type["Policy"]]] = {}
+
+    def __init_subclass__(cls, **kw) -> None:
+        super().__init_subclass__(**kw)
+        if cls.kind != "policy":
+            Policy.registry[cls.kind] = cls
+
+    @abc.abstractmethod
+    def decide(self, program: "Program") -> Decision:
+        """CONTINUE or ``Decision(True, reason)``."""
+
+    def budget_cap(self, program: "Program") -> int | None:
+        """The knob value at which this policy would stop for sure (for savings and SJF)."""
+        return program.knob_cap
+
+    def expected_remaining(self, program: "Program") -> float:
+        """Expected knob units still to run (for SJF estimates). Default: until the cap."""
+        cap = self.budget_cap(program)
+        return 0.0 if cap is None else max(0.0, cap - program.knob_value)
+
+    def to_dict(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    @staticmethod
+    def from_dict(data: dict[str, Any]) -> "Policy":
+        """Rebuild a policy from ``to_dict`` output (e.g. a calibrated ``policy.json``)."""
+        from .errors import ConfigError
+        kind = data.get("kind")
+        cls = Policy.registry.get(kind or "")
+        if cls is None:
+            raise ConfigError(f"unknown policy kind {kind!r}", hint=f"known: {sorted(Policy.registry)}")
+        args = {k: v for k, v in data.items() if k != "kind"}
+        try:
+            return cls(**args)
+        except TypeError as exc:
+            raise ConfigError(f"bad arguments for policy {kind!r}: {exc}") from None
+
+
+def crossed(program: "Program", start: int, every: int | None) -> bool:
+    """True if the knob crossed a checkpoint ``start, start+every, ...`` since the last check."""
+    now = program.knob_value
+    prev = program.policy_marks.get("checked_knob", -1)
+    program.policy_marks["checked_knob"] = now
+    if now < start:
+        return False
+    if prev < start:
+        return True
+    if not every:
+        return False
+    return (now - start) // every > (prev - start) // every
+
+
+class Threshold(Policy):
+    """Stop when certaindex >= ``tau`` at the detection step (and every ``every`` after).
+
+    ``tau`` may be a float (applied to the combined certaindex = AND of all signals) or a
+    ``{signal_name: tau}`` mapping (each signal its own threshold, all must pass).
+    """
+
+    kind = "threshold"
+    requires_certaindex = True
+
+    def __init__(self, tau: float | dict[str, float], detect_at: int = 1, every: int | None = None,
+                 min_samples: int = 1) -> None:
+        taus = tau.values() if isinstance(tau, dict) else [tau]
+        if not all(0.0 <= t <= 1.0 for t in taus):
+            raise ValueError(f"threshold tau must be in [0, 1], got {tau}")
+        if detect_at < 1 or (every is not None and every < 1) or min_samples < 1:
+            raise ValueError("detect_at, every and min_samples must be >= 1")
+        self.tau, self.detect_at, self.every, self.min_samples = tau, detect_at, every, min_samples
+
+    def passes(self, program: "Program") -> bool:
+        if isinstance(self.tau, dict):
+            return all(program.signals.get(name, -1.0) >= t for name, t in self.tau.items())
+        c = program.certaindex
+        return c is not None and c >= self.tau
+
+    def decide(self, program: "Program") -> Decision:
+        start = max(self.detect_at, self.min_samples)
+        if crossed(program, start, self.every) and self.passes(program):
+            return Decision(True, "certaindex")
+        return CONTINUE
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "tau": self.tau, "detect_at": self.detect_at, "every": self.every,
+                "min_samples": self.min_samples}
+
+    def __repr__(self) -> str:
+        return f"Threshold(tau={self.tau}, detect_at={self.detect_at}, every={self.every})"
+
+
+class Even(Policy):
+    """Baseline: a fixed budget of ``cap`` knob units for every program."""
+
+    kind = "even"
+
+    def __init__(self, cap: int) -> None:
+        if cap < 1:
+            raise ValueError("Even cap must be >= 1")
+        self.cap = cap
+
+    def budget_cap(self, program: "Program") -> int | None:
+        return self.cap if program.knob_cap is None else min(self.cap, program.knob_cap)
+
+    def decide(self, program: "Program") -> Decision:
+        return Decision(True, "budget") if program.knob_value >= self.cap else CONTINUE
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "cap": self.cap}
+
+    def __repr__(self) -> str:
+        return f"Even({self.cap})"
+
+
+class Length(Policy):
+    """Baseline: stop once the program has used ``max_tokens`` decode tokens (all kinds)."""
+
+    kind = "length"
+
+    def __init__(self, max_tokens: int) -> None:
+        if max_tokens < 1:
+            raise ValueError("Length max_tokens must be >= 1")
+        self.max_tokens = max_tokens
+
+    def decide(self, program: "Program") -> Decision:
+        return Decision(True, "length") if program.tokens.total >= self.max_tokens else CONTINUE
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "max_tokens": self.max_tokens}
+
+    def __repr__(self) -> str:
+        return f"Length({self.max_tokens})"

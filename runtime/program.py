@@ -1,0 +1,93 @@
+"""The Program abstraction from the Certaindex paper: certaindex, knob, state; execute, update.
+
+A Program is what the runtime runs. Compiled graphs produce Programs; you can also write
+one by hand:
+
+Example:
+    >>> from certa.runtime import Program, Knob
+    >>> class Count(Program):
+    ...     knob = Knob("iterations", cap=3)
+    ...     def __init__(self, start: int = 0):
+    ...         super().__init__(); self.state = {"n": start}
+    ...     async def execute(self, ctx):
+    ...         self.state["n"] += 1; self.knob_used += 1
+    ...         return True
+    ...     def update_certaindex(self):
+    ...         return min(1.0, self.state["n"] / 10)
+    ...     def answer(self):
+    ...         return self.state["n"]
+"""
+
+from __future__ import annotations
+
+import abc
+from typing import TYPE_CHECKING, Any
+
+from .types import CertaindexPoint, Knob, TokenUsage
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .context import Context
+    from .draw import Mermaid
+    from .policy import Policy
+
+
+class Program(abc.ABC):
+    """Base class of everything the runtime runs.
+
+    Subclasses implement :meth:`execute` (run one step; return False when nothing is left)
+    and usually :meth:`update_certaindex` and :meth:`answer`. The runtime owns
+    ``program_id``, ``tokens`` and ``trajectory``; the program owns ``state`` and
+    ``knob_used`` (units of its knob spent so far).
+    """
+
+    name: str = ""
+    knob: Knob = Knob("iterations", cap=None)
+    policy: "Policy | None" = None
+
+    def __init__(self) -> None:
+        self.program_id: str = ""
+        self.state: Any = None
+        self.knob_used: int = 0
+        self.tokens = TokenUsage()
+        self.trajectory: list[CertaindexPoint] = []
+        self.signals: dict[str, float] = {}
+        self.policy_marks: dict[str, Any] = {}  # per-run scratch space for policies
+
+    @property
+    def display_name(self) -> str:
+        return self.name or type(self).__name__
+
+    @property
+    def certaindex(self) -> float | None:
+        """The latest combined certaindex (AND of all signals = their minimum), or None."""
+        return self.trajectory[-1].value if self.trajectory else None
+
+    @property
+    def knob_cap(self) -> int | None:
+        return self.knob.cap
+
+    @property
+    def knob_value(self) -> int:
+        """Knob units spent: ``knob_used``, or main decode tokens for a ``tokens`` knob."""
+        return self.tokens.main if self.knob.unit == "tokens" else self.knob_used
+
+    @abc.abstractmethod
+    async def execute(self, ctx: "Context") -> bool:
+        """Run one step. Return False when the program has finished on its own."""
+
+    def update_certaindex(self) -> float | dict[str, float] | None:
+        """Recompute the certainty signal(s) from ``state``; a float, a {name: float} dict or None."""
+        return None
+
+    def answer(self) -> Any:
+        """The program's final answer from its current state."""
+        return getattr(self.state, "answer", None) if not isinstance(self.state, dict) else self.state.get("answer")
+
+    async def aclose(self) -> None:
+        """Stop all work still in flight (the runtime calls this on exit)."""
+
+    def draw(self) -> "Mermaid":
+        """A Mermaid diagram of the program (hand-written programs draw as a single node)."""
+        from .draw import Mermaid
+        return Mermaid(f"flowchart TD\n    __start__([start]) --> execute[{self.display_name}.execute]\n"
+                       f"    execute -->|certaindex + policy| execute\n    execute --> __end__([end])\n")

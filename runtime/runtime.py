@@ -1,0 +1,326 @@
+"""The Runtime: runs Programs on a backend through the scheduler, with early exit.
+
+Example:
+    >>> import asyncio
+    >>> from certa.runtime import Runtime, Program, Knob
+    >>> class Echo(Program):
+    ...     knob = Knob("iterations", cap=1)
+    ...     def __init__(self, q): super().__init__(); self.state = {"q": q, "answer": None}
+    ...     async def execute(self, ctx):
+    ...         self.state["answer"] = (await ctx.gen(self.state["q"])).text; self.knob_used += 1
+    ...         return False
+    >>> rt = Runtime(backend="scripted")
+    >>> asyncio.run(rt.run(Echo, q="hi")).tokens.main > 0
+    True
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import random
+import time
+from collections.abc import Awaitable, Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from .backends.base import Backend
+from .context import Context
+from .errors import BackendError, CertaError, CertaindexRangeError, ConfigError, StepFailedError
+from .events import EventBus
+from .program import Program
+from .result import Result
+from .scheduler import ProgramInfo, Scheduler
+from .types import CertaindexPoint, GenRequest, GenResult, ScoreRequest, ScoreResult, TokenKind
+
+
+@dataclass(slots=True)
+class RuntimeLimits:
+    """Refuse oversized inputs instead of running them (``None`` = no limit)."""
+
+    max_prompt_chars: int | None = 200_000
+    max_tokens_per_request: int | None = 32_768
+    max_fanout: int | None = 1024
+    max_concurrent_programs: int | None = None
+
+
+@dataclass(slots=True)
+class RetryPolicy:
+    """Bounded, jittered retries for backend errors marked ``retryable``."""
+
+    max_attempts: int = 3
+    base_delay: float = 0.05
+    max_delay: float = 1.0
+
+    def delay(self, attempt: int, rng: random.Random) -> float:
+        return min(self.max_delay, self.base_delay * 2 ** attempt) * (0.5 + rng.random())
+
+
+class ProgramRun:
+    """Bookkeeping for one running program: rids in flight, open sequences, counters."""
+
+    __slots__ = ("runtime", "program", "backend", "info", "inflight", "sequences", "rid_counter", "parent")
+
+    def __init__(self, runtime: "Runtime", program: Program, parent: "ProgramRun | None") -> None:
+        self.runtime = runtime
+        self.program = program
+        self.backend = runtime.backend
+        self.parent = parent
+        self.inflight: set[str] = set()
+        self.sequences: list[Any] = []
+        self.rid_counter = itertools.count()
+        self.info = ProgramInfo(program.program_id, arrival=runtime.scheduler.clock(), knob_cap=program.knob_cap)
+
+    async def guard(self, rid: str, work: Awaitable[Any], kind: TokenKind, ctx) -> Any:
+        """Await backend ``work`` for ``rid``; abort it on cancellation; count its tokens."""
+        self.inflight.add(rid)
+        events = self.runtime.events
+        if events.active:
+            events.emit("request_sent", self.program.program_id, ctx.step, ctx.branch, rid=rid, kind=kind)
+        try:
+            res = await work
+        except asyncio.CancelledError:
+            await self.backend.abort(rid)
+            raise
+        finally:
+            self.inflight.discard(rid)
+        usage = self.program.tokens
+        usage.requests += 1
+        usage.add(kind, res.tokens)
+        usage.prompt += max(0, res.prompt_tokens - getattr(res, "cached_prompt_tokens", 0))
+        self.info.tokens = usage.total
+        if events.active:
+            events.emit("request_done", self.program.program_id, ctx.step, ctx.branch, rid=rid, kind=kind,
+                        tokens=res.tokens)
+        return res
+
+    async def _scheduled(self, rid: str, est: int, hint: str | None, make: Callable[[], Awaitable[Any]],
+                         kind: TokenKind, ctx) -> Any:
+        sched = self.runtime.scheduler
+        ticket = sched.ticket(rid, self.info, est, hint)
+        await sched.acquire(ticket)
+        try:
+            return await self.guard(rid, make(), kind, ctx)
+        finally:
+            sched.release(ticket)
+
+    async def submit(self, req: GenRequest, ctx) -> GenResult:
+        retry, rng = self.runtime.retry, self.runtime.rng
+        for attempt in itertools.count():
+            try:
+                return await self._scheduled(req.rid, req.max_tokens, req.prefix_hint,
+                                             lambda: self.backend.generate(req), req.kind, ctx)
+            except BackendError as exc:
+                if not exc.retryable or attempt + 1 >= retry.max_attempts:
+                    raise BackendError(exc.message, retryable=False, program=req.program_id, step=req.step,
+                                       branch=req.branch, hint=exc.hint) from exc
+                await asyncio.sleep(retry.delay(attempt, rng))
+                req.rid = f"{req.rid.split('~')[0]}~r{attempt + 1}"
+        raise AssertionError("unreachable")
+
+    async def submit_score(self, req: ScoreRequest, ctx) -> ScoreResult:
+        return await self._scheduled(req.rid, 1, self.program.program_id, lambda: self.backend.score(req), "score", ctx)
+
+
+class Runtime:
+    """Runs programs on one backend with one scheduler.
+
+    Args:
+        backend: a :class:`Backend` or a name (``"scripted"``, ``"llamacpp"``, ``"openai"``, ``"sglang"``).
+        scheduler: a :class:`Scheduler` (default FCFS with no admission limits).
+        limits: input limits; ``retry``: retry policy for retryable backend errors.
+    """
+
+    def __init__(self, backend: Backend | str = "scripted", *, scheduler: Scheduler | None = None,
+                 limits: RuntimeLimits | None = None, retry: RetryPolicy | None = None, seed: int = 0,
+                 **backend_options: Any) -> None:
+        if isinstance(backend, str):
+            from .backends.registry import make_backend
+            backend = make_backend(backend, **backend_options)
+        elif backend_options:
+            raise ConfigError(f"backend options {sorted(backend_options)} given with a backend instance")
+        self.backend: Backend = backend
+        self.scheduler = scheduler or Scheduler()
+        self.limits = limits or RuntimeLimits()
+        self.retry = retry or RetryPolicy()
+        self.rng = random.Random(seed)
+        self.events = EventBus()
+        self._ids = itertools.count()
+        self._active: dict[str, ProgramRun] = {}
+
+    # ---- public API -----------------------------------------------------------------
+    @property
+    def active_programs(self) -> dict[str, Program]:
+        return {pid: r.program for pid, r in self._active.items()}
+
+    async def run(self, program: Any, /, *, _parent: ProgramRun | None = None, **inputs: Any) -> Result:
+        """Run ``program`` (a Program, a Program class, or a compiled graph) with ``inputs``."""
+        prog = self._instantiate(program, inputs)
+        base = prog.display_name
+        prog.program_id = f"{_parent.program.program_id}/{base}-{next(self._ids)}" if _parent else f"{base}-{next(self._ids)}"
+        run = ProgramRun(self, prog, _parent)
+        self._active[prog.program_id] = run
+        self.scheduler.register(run.info)
+        self.events.emit("program_start", prog.program_id, name=base, knob_cap=prog.knob_cap)
+        t0 = time.perf_counter()
+        reason, error = "done", None
+        try:
+            reason = await self._drive(run)
+        except asyncio.CancelledError:
+            reason = "cancelled"
+            await self._cleanup(run)
+            raise
+        except CertaError as exc:
+            reason, error = "error", exc
+            if exc.program is None:
+                exc.program = prog.program_id
+        except Exception as exc:  # a bug in user code: name the program
+            reason = "error"
+            error = StepFailedError(f"{type(exc).__name__}: {exc}", program=prog.program_id)
+            error.__cause__ = exc
+        finally:
+            if reason != "cancelled":
+                await self._cleanup(run)
+        result = self._result(run, reason, error, time.perf_counter() - t0)
+        self.events.emit("exit", prog.program_id, reason=reason, tokens=prog.tokens.total,
+                         tokens_saved=result.tokens_saved, error=None if error is None else str(error))
+        return result
+
+    async def run_many(self, items: Iterable[Any], *, concurrency: int | None = None,
+                       on_result: Callable[[int, Result], None] | None = None) -> list[Result]:
+        """Run many programs at once. ``items``: Programs or ``(program, inputs_dict)`` pairs.
+
+        Results come back in input order; a failing program yields a Result with ``error``.
+        """
+        pairs = [(it, {}) if not isinstance(it, tuple) else it for it in items]
+        limit = concurrency or self.limits.max_concurrent_programs
+        sem = asyncio.Semaphore(limit) if limit else None
+        results: list[Result | None] = [None] * len(pairs)
+
+        async def one(i: int, prog: Any, inputs: dict) -> None:
+            if sem is None:
+                results[i] = await self.run(prog, **inputs)
+            else:
+                async with sem:
+                    results[i] = await self.run(prog, **inputs)
+            if on_result is not None:
+                on_result(i, results[i])
+
+        tasks = [asyncio.ensure_future(one(i, p, inp)) for i, (p, inp) in enumerate(pairs)]
+        try:
+            await asyncio.gather(*tasks)
+        except BaseException:
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            raise
+        return results  # type: ignore[return-value]
+
+    def run_sync(self, program: Any, /, **inputs: Any) -> Result:
+        """Blocking ``run`` that also works inside a running event loop (Jupyter)."""
+        return run_blocking(self.run(program, **inputs))
+
+    def run_many_sync(self, items: Iterable[Any], **kw: Any) -> list[Result]:
+        return run_blocking(self.run_many(items, **kw))
+
+    async def close(self) -> None:
+        await self.backend.close()
+
+    # ---- internals ------------------------------------------------------------------
+    @staticmethod
+    def _instantiate(program: Any, inputs: dict[str, Any]) -> Program:
+        if isinstance(program, Program):
+            if inputs:
+                raise ConfigError(f"inputs {sorted(inputs)} given with an already-built program instance",
+                                  hint="pass the class or compiled graph instead")
+            return program
+        if isinstance(program, type) and issubclass(program, Program):
+            return program(**inputs)
+        new = getattr(program, "new", None)
+        if callable(new):
+            return new(**inputs)
+        raise ConfigError(f"cannot run {program!r}: expected a Program, a Program class or a compiled graph")
+
+    async def _drive(self, run: ProgramRun) -> str:
+        prog = run.program
+        ctx = Context(run, "execute")
+        policy, cap = prog.policy, prog.knob_cap
+        while True:
+            if cap is not None and prog.knob_value >= cap:
+                return "cap"
+            more = await prog.execute(ctx)
+            self._update_certaindex(run)
+            if policy is not None:
+                decision = policy.decide(prog)
+                if decision.stop:
+                    return decision.reason
+            if not more:
+                return "done"
+
+    def _update_certaindex(self, run: ProgramRun) -> None:
+        prog = run.program
+        value = prog.update_certaindex()
+        if value is None:
+            return
+        signals = value if isinstance(value, dict) else {"certaindex": value}
+        for name, v in signals.items():
+            if not (0.0 <= v <= 1.0):
+                raise CertaindexRangeError(f"certaindex {name!r} returned {v}, outside [0, 1]",
+                                           program=prog.program_id, step=name)
+        combined = min(signals.values()) if signals else 0.0
+        prog.signals = dict(signals)
+        prog.trajectory.append(CertaindexPoint(prog.knob_value, combined, prog.signals, prog.tokens.total))
+        info = run.info
+        info.certaindex, info.knob_used, info.tokens = combined, prog.knob_value, prog.tokens.total
+        per_unit = prog.tokens.total / max(prog.knob_value, 1)
+        info.tokens_per_step = per_unit
+        remaining = prog.policy.expected_remaining(prog) if prog.policy else (
+            max(0, prog.knob_cap - prog.knob_value) if prog.knob_cap else 0)
+        info.est_remaining_tokens = per_unit * remaining
+        if self.events.active:
+            self.events.emit("certaindex", prog.program_id, value=combined, signals=prog.signals,
+                             knob=prog.knob_value)
+
+    async def _cleanup(self, run: ProgramRun) -> None:
+        prog = run.program
+        try:
+            await prog.aclose()
+        finally:
+            for seq in list(run.sequences):
+                await seq.close()
+            for rid in list(run.inflight):
+                await self.backend.abort(rid)
+            run.inflight.clear()
+            self.scheduler.unregister(prog.program_id)
+            self._active.pop(prog.program_id, None)
+            if run.parent is not None:
+                run.parent.program.tokens.merge(prog.tokens)
+
+    @staticmethod
+    def _result(run: ProgramRun, reason: str, error: BaseException | None, wall: float) -> Result:
+        prog = run.program
+        saved = 0
+        cap = prog.policy.budget_cap(prog) if prog.policy else prog.knob_cap
+        if reason not in ("cap", "done", "error") and cap and prog.knob_value < cap:
+            if prog.knob.unit == "tokens":
+                saved = cap - prog.knob_value
+            else:
+                saved = round(prog.tokens.total / max(prog.knob_value, 1) * (cap - prog.knob_value))
+        try:
+            answer = prog.answer()
+        except Exception:  # noqa: BLE001 - a broken answer() must not hide the run's own error
+            answer = None
+        return Result(program_id=prog.program_id, name=prog.display_name, answer=answer, state=prog.state,
+                      certaindex=list(prog.trajectory), tokens=prog.tokens, knob_used=prog.knob_value,
+                      knob_cap=prog.knob_cap, exit_reason=reason, tokens_saved=saved, wall_s=wall, error=error)
+
+
+def run_blocking(coro: Awaitable[Any]) -> Any:
+    """Run ``coro`` to completion from sync code, even inside a running loop (Jupyter)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)  # type: ignore[arg-type]
+    with ThreadPoolExecutor(1, thread_name_prefix="certa-sync") as pool:
+        return pool.submit(asyncio.run, coro).result()  # type: ignore[arg-type]

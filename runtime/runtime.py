@@ -142,6 +142,9 @@ class Runtime:
             raise ConfigError(f"backend options {sorted(backend_options)} given with a backend instance")
         self.backend: Backend = backend
         self.scheduler = scheduler or Scheduler()
+        attach = getattr(backend, "attach_scheduler", None)
+        if callable(attach):  # engines that form their own batches order them with our policy
+            attach(self.scheduler)
         self.limits = limits or RuntimeLimits()
         self.retry = retry or RetryPolicy()
         self.rng = random.Random(seed)

@@ -45,6 +45,7 @@ class GenRequest:
     kind: TokenKind = "main"
     logprobs: int = 0
     chat: bool = False  # True: ``prompt`` is a user message to wrap in the model's chat template
+    system: str | None = None  # system message when ``chat`` is True
 
 
 @dataclass(slots=True)

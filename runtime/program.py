@@ -43,6 +43,7 @@ class Program(abc.ABC):
     name: str = ""
     knob: Knob = Knob("iterations", cap=None)
     policy: "Policy | None" = None
+    manages_cap: bool = False  # True: the program enforces its knob cap itself (compiled graphs do)
 
     def __init__(self) -> None:
         self.program_id: str = ""
@@ -52,6 +53,7 @@ class Program(abc.ABC):
         self.trajectory: list[CertaindexPoint] = []
         self.signals: dict[str, float] = {}
         self.policy_marks: dict[str, Any] = {}  # per-run scratch space for policies
+        self.hit_cap = False  # set by programs that manage their cap when it stopped them
 
     @property
     def display_name(self) -> str:

@@ -77,7 +77,7 @@ class ProgramRun:
         self.inflight.add(rid)
         events = self.runtime.events
         if events.active:
-            events.emit("request_sent", self.program.program_id, ctx.step, ctx.branch, rid=rid, kind=kind)
+            events.emit("request_sent", self.program.program_id, ctx.step, ctx.branch, rid=rid, token_kind=kind)
         try:
             res = await work
         except asyncio.CancelledError:
@@ -91,7 +91,7 @@ class ProgramRun:
         usage.prompt += max(0, res.prompt_tokens - getattr(res, "cached_prompt_tokens", 0))
         self.info.tokens = usage.total
         if events.active:
-            events.emit("request_done", self.program.program_id, ctx.step, ctx.branch, rid=rid, kind=kind,
+            events.emit("request_done", self.program.program_id, ctx.step, ctx.branch, rid=rid, token_kind=kind,
                         tokens=res.tokens)
         return res
 
@@ -159,7 +159,12 @@ class Runtime:
 
     async def run(self, program: Any, /, *, _parent: ProgramRun | None = None, **inputs: Any) -> Result:
         """Run ``program`` (a Program, a Program class, or a compiled graph) with ``inputs``."""
-        prog = self._instantiate(program, inputs)
+        try:
+            prog = self._instantiate(program, inputs)
+        except CertaError as exc:  # bad inputs fail this program only, like any other error
+            name = getattr(program, "name", None) or getattr(program, "__name__", type(program).__name__)
+            exc.program = exc.program or f"{name}-{next(self._ids)}"
+            return Result(program_id=exc.program, name=name, answer=None, state=None, exit_reason="error", error=exc)
         base = prog.display_name
         prog.program_id = f"{_parent.program.program_id}/{base}-{next(self._ids)}" if _parent else f"{base}-{next(self._ids)}"
         run = ProgramRun(self, prog, _parent)
@@ -249,8 +254,9 @@ class Runtime:
         prog = run.program
         ctx = Context(run, "execute")
         policy, cap = prog.policy, prog.knob_cap
+        runtime_caps = not prog.manages_cap
         while True:
-            if cap is not None and prog.knob_value >= cap:
+            if runtime_caps and cap is not None and prog.knob_value >= cap:
                 return "cap"
             more = await prog.execute(ctx)
             self._update_certaindex(run)
@@ -259,7 +265,7 @@ class Runtime:
                 if decision.stop:
                     return decision.reason
             if not more:
-                return "done"
+                return "cap" if prog.hit_cap else "done"
 
     def _update_certaindex(self, run: ProgramRun) -> None:
         prog = run.program

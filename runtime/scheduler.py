@@ -1,14 +1,27 @@
 """The inter-program scheduler: admission control plus an ordering policy.
 
 Every request a program sends becomes a :class:`Ticket`. The scheduler admits tickets to
-the backend while the admission limits allow, in the order its :class:`SchedulingPolicy`
-gives. The SAME policy object also orders the llama.cpp engine's per-iteration batch
-(``order``), maps to SGLang priorities (``rank``) and drives the simulator.
+the backend while the :class:`AdmissionLimits` allow, in the order its
+:class:`SchedulingPolicy` gives. Gang policies (``policy.gang``) admit a program's pending
+tickets together. The SAME policy object also orders an engine's per-iteration batch
+(``order`` / :meth:`Scheduler.pick`), maps to SGLang priorities (``sglang_priority``,
+``rank``) and orders the simulator's queues. Policies live in :mod:`certa.runtime.schedulers`.
+
+Two ways to drive it:
+
+* async (the Runtime): ``t = s.ticket(...)``; ``await s.acquire(t)``; ...; ``s.release(t)``;
+* sync (the simulator, engines with their own loop): ``s.submit(t)``; ``s.admit()`` returns
+  the tickets to start now; ``s.release(t)`` when one ends; ``s.discard(t)`` drops a waiting one.
 
 Example:
-    >>> s = Scheduler()                     # FCFS, no limits: tickets pass straight through
-    >>> s.policy.name
-    'fcfs'
+    >>> s = Scheduler(limits=AdmissionLimits(max_requests=1), clock=lambda: 0.0)
+    >>> p = ProgramInfo("p1", arrival=0.0); s.register(p)
+    >>> a, b = s.ticket("p1-a", p), s.ticket("p1-b", p)
+    >>> s.submit(a); s.submit(b)
+    >>> [t.rid for t in s.admit()]          # FCFS, one slot
+    ['p1-a']
+    >>> s.release(a); [t.rid for t in s.admit()]
+    ['p1-b']
 """
 
 from __future__ import annotations
@@ -16,13 +29,19 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 
 @dataclass(slots=True)
 class ProgramInfo:
-    """What the scheduler knows of one running program (kept current by the runtime)."""
+    """What the scheduler knows of one running program (kept current by the runtime/simulator).
+
+    ``est_remaining_tokens`` is the certaindex-informed estimate of decode tokens still to
+    come (tokens per step × remaining steps implied by the stop policy); ``prefix_tokens`` is
+    the program's shared prompt length (KV budget accounting; 0 = unknown).
+    """
 
     program_id: str
     arrival: float
@@ -35,11 +54,19 @@ class ProgramInfo:
     deadline: float | None = None
     inflight: int = 0
     attained: float = 0.0  # service received (decode tokens), for LAS-style aging
+    name: str = ""
+    prefix_tokens: int = 0
+    prefix_resident: bool = False
+    last_active: float = 0.0
 
 
 @dataclass(slots=True)
 class Ticket:
-    """One pending request of one program."""
+    """One pending request of one program.
+
+    ``cached``: prompt tokens already in the engine's prefix cache (engines set it; LPM
+    reads it). ``kv_tokens``: the request's own KV estimate (default ``est_tokens``).
+    """
 
     rid: str
     program: ProgramInfo
@@ -48,17 +75,31 @@ class Ticket:
     prefix_hint: str | None = None
     seq: int = 0
     waiter: Any = field(default=None, repr=False)
+    cached: int = 0
+    kv_tokens: int | None = None
+
+    @property
+    def kv(self) -> int:
+        return self.est_tokens if self.kv_tokens is None else self.kv_tokens
 
 
 class SchedulingPolicy:
-    """Orders tickets; smaller ``key`` runs first. Subclasses override ``key`` (or ``order``)."""
+    """Orders tickets; smaller ``key`` runs first. FCFS here; see :mod:`certa.runtime.schedulers`.
+
+    Subclasses override ``key`` (or ``order``) and may set ``gang = True`` (the scheduler then
+    admits a program's pending tickets as one unit; ``key`` must keep them contiguous).
+    Convention: :meth:`priority` is lower = sooner (certa's, as ``GenRequest.priority``);
+    :meth:`sglang_priority` and :meth:`rank` give SGLang's integers, where a HIGHER value is
+    scheduled first unless the server runs with ``--schedule-low-priority-values-first``.
+    """
 
     name = "fcfs"
+    gang = False
 
     def key(self, ticket: Ticket, now: float) -> tuple:
         return (ticket.enqueued, ticket.seq)
 
-    def order(self, tickets: list[Ticket], now: float) -> list[Ticket]:
+    def order(self, tickets: Iterable[Ticket], now: float) -> list[Ticket]:
         """Tickets in the order they should run (used by engines forming a batch)."""
         return sorted(tickets, key=lambda t: self.key(t, now))
 
@@ -67,97 +108,269 @@ class SchedulingPolicy:
         k = self.key(ticket, now)
         return float(k[0]) if k and isinstance(k[0], (int, float)) else 0.0
 
+    def sglang_priority(self, ticket: Ticket, now: float, *, low_first: bool = False,
+                        resolution: float = 1.0) -> int:
+        """SGLang's request ``priority``: ``priority()`` in units of ``resolution``, negated
+        unless ``low_first`` (server flag ``--schedule-low-priority-values-first``)."""
+        v = round(self.priority(ticket, now) / resolution)
+        return int(v if low_first else -v)
+
+    def rank(self, tickets: Iterable[Ticket], now: float, *, low_first: bool = False) -> dict[str, int]:
+        """Dense integer ranks by rid over ``tickets`` (gang policies: one rank per program).
+
+        With ``low_first=False`` (SGLang's default) the most urgent ticket gets the highest rank.
+        """
+        ordered = self.order(tickets, now)
+        ranks: dict[str, int] = {}
+        level, last = -1, object()
+        for t in ordered:
+            unit = t.program.program_id if self.gang else t.rid
+            if unit != last:
+                level, last = level + 1, unit
+            ranks[t.rid] = level
+        top = level
+        return ranks if low_first else {rid: top - r for rid, r in ranks.items()}
+
+    def observe_finish(self, info: ProgramInfo) -> None:
+        """Called when a program leaves the scheduler (policies that learn from history)."""
+
 
 FCFS = SchedulingPolicy
 
 
 @dataclass(slots=True)
 class AdmissionLimits:
-    """Caps on what is in flight at the backend at once (``None`` = unlimited)."""
+    """Caps on what is in flight at the backend at once (``None`` = unlimited).
+
+    ``max_tokens`` caps the sum of in-flight tickets' ``est_tokens``; ``kv_tokens`` caps the
+    KV estimate: in-flight tickets' ``kv`` plus the resident prefixes of programs (idle
+    programs' prefixes are evicted first, least recently active first).
+    """
 
     max_requests: int | None = None
     max_tokens: int | None = None
+    kv_tokens: int | None = None
 
 
 class Scheduler:
-    """Admission control + ordering. With no limits it never queues (zero overhead path)."""
+    """Admission control + ordering. With no limits it never queues (zero overhead path).
+
+    Args:
+        policy: the ordering policy (default FCFS). ``limits``: admission caps.
+        clock: time source (the simulator passes its own). ``on_evict``: called with a
+            program id when its idle prefix is evicted to make KV room.
+    """
 
     def __init__(self, policy: SchedulingPolicy | None = None, limits: AdmissionLimits | None = None,
-                 clock=time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 on_evict: Callable[[str], None] | None = None) -> None:
         self.policy = policy or SchedulingPolicy()
         self.limits = limits or AdmissionLimits()
         self.clock = clock
+        self.on_evict = on_evict
         self.programs: dict[str, ProgramInfo] = {}
         self._inflight_requests = 0
         self._inflight_tokens = 0
+        self._inflight_kv = 0
+        self._prefix_kv = 0
         self._waiting: list[Ticket] = []
+        self._running: dict[str, Ticket] = {}
         self._seq = itertools.count()
+        self._pump_scheduled = False
 
     # ---- program registry -----------------------------------------------------------
     def register(self, info: ProgramInfo) -> None:
         self.programs[info.program_id] = info
 
     def unregister(self, program_id: str) -> None:
-        self.programs.pop(program_id, None)
+        info = self.programs.pop(program_id, None)
+        if info is not None:
+            self._drop_prefix(info)
+            self.policy.observe_finish(info)
 
-    # ---- admission ------------------------------------------------------------------
+    def pending(self, program_id: str) -> list[Ticket]:
+        """The waiting tickets of one program, oldest first (the gang the policy moves)."""
+        return [t for t in self._waiting if t.program.program_id == program_id]
+
+    # ---- tickets --------------------------------------------------------------------
     @property
     def unlimited(self) -> bool:
-        return self.limits.max_requests is None and self.limits.max_tokens is None
-
-    def ticket(self, rid: str, program: ProgramInfo, est_tokens: int = 0, prefix_hint: str | None = None) -> Ticket:
-        return Ticket(rid=rid, program=program, enqueued=self.clock(), est_tokens=est_tokens,
-                      prefix_hint=prefix_hint, seq=next(self._seq))
-
-    def _fits(self, t: Ticket) -> bool:
         lim = self.limits
-        if lim.max_requests is not None and self._inflight_requests >= lim.max_requests:
-            return False
-        if (lim.max_tokens is not None and self._inflight_requests > 0
-                and self._inflight_tokens + t.est_tokens > lim.max_tokens):
-            return False
-        return True
+        return lim.max_requests is None and lim.max_tokens is None and lim.kv_tokens is None
 
+    def ticket(self, rid: str, program: ProgramInfo, est_tokens: int = 0, prefix_hint: str | None = None,
+               kv_tokens: int | None = None) -> Ticket:
+        return Ticket(rid=rid, program=program, enqueued=self.clock(), est_tokens=est_tokens,
+                      prefix_hint=prefix_hint, seq=next(self._seq), kv_tokens=kv_tokens)
+
+    def submit(self, t: Ticket) -> None:
+        """Queue ``t`` without admitting it (sync drivers call :meth:`admit` next)."""
+        self._waiting.append(t)
+
+    def discard(self, t: Ticket) -> bool:
+        """Drop a waiting ticket (its program exited). True if it was waiting."""
+        try:
+            self._waiting.remove(t)
+            return True
+        except ValueError:
+            return False
+
+    # ---- admission ------------------------------------------------------------------
+    def _prefix_cost(self, p: ProgramInfo) -> int:
+        return 0 if p.prefix_resident else p.prefix_tokens
+
+    def _fits(self, tickets: list[Ticket], *, evict: bool = True) -> bool:
+        lim, n = self.limits, len(tickets)
+        idle = self._inflight_requests == 0
+        if lim.max_requests is not None and self._inflight_requests + n > lim.max_requests:
+            return False
+        est = sum(t.est_tokens for t in tickets)
+        if lim.max_tokens is not None and not idle and self._inflight_tokens + est > lim.max_tokens:
+            return False
+        if lim.kv_tokens is None:
+            return True
+        progs = {t.program.program_id: t.program for t in tickets}
+        need = sum(t.kv for t in tickets) + sum(self._prefix_cost(p) for p in progs.values())
+        free = lim.kv_tokens - self._inflight_kv - self._prefix_kv
+        if need > free and evict:
+            free += self._evict_idle(need - free, keep=progs)
+        return need <= free or idle
+
+    def _evict_idle(self, amount: int, keep: dict[str, ProgramInfo]) -> int:
+        """Evict resident prefixes of idle programs (least recently active first)."""
+        freed = 0
+        idle = sorted((p for p in self.programs.values()
+                       if p.prefix_resident and p.inflight == 0 and p.program_id not in keep),
+                      key=lambda p: (p.last_active, p.program_id))
+        for p in idle:
+            if freed >= amount:
+                break
+            freed += p.prefix_tokens
+            self._drop_prefix(p)
+            if self.on_evict is not None:
+                self.on_evict(p.program_id)
+        return freed
+
+    def _drop_prefix(self, p: ProgramInfo) -> None:
+        if p.prefix_resident:
+            self._prefix_kv -= p.prefix_tokens
+            p.prefix_resident = False
+
+    def _take(self, t: Ticket) -> None:
+        p = t.program
+        self._inflight_requests += 1
+        self._inflight_tokens += t.est_tokens
+        self._inflight_kv += t.kv
+        if not p.prefix_resident and p.prefix_tokens:
+            p.prefix_resident = True
+            self._prefix_kv += p.prefix_tokens
+        p.inflight += 1
+        p.last_active = self.clock()
+        self._running[t.rid] = t
+
+    def _groups(self, ordered: list[Ticket]) -> list[list[Ticket]]:
+        if not self.policy.gang:
+            return [[t] for t in ordered]
+        groups: dict[str, list[Ticket]] = {}
+        for t in ordered:
+            groups.setdefault(t.program.program_id, []).append(t)
+        return list(groups.values())
+
+    def _could_ever_fit(self, group: list[Ticket]) -> bool:
+        lim = self.limits
+        if lim.max_requests is not None and len(group) > lim.max_requests:
+            return False
+        if lim.max_tokens is not None and sum(t.est_tokens for t in group) > lim.max_tokens:
+            return False
+        return lim.kv_tokens is None or sum(t.kv for t in group) + group[0].program.prefix_tokens <= lim.kv_tokens
+
+    def admit(self) -> list[Ticket]:
+        """Admit waiting tickets in policy order while the limits allow; returns them in order.
+
+        Head-of-line: when the most urgent unit (a ticket, or a program's whole gang) does
+        not fit, nothing behind it is admitted, so aging keeps its no-starvation promise.
+        A gang that can never fit at once, or whose program already runs, is admitted in part.
+        """
+        if not self._waiting:
+            return []
+        now = self.clock()
+        for t in self._waiting:  # LPM: a program's prefix is warm while it is resident
+            t.cached = t.program.prefix_tokens if t.program.prefix_resident else 0
+        admitted: list[Ticket] = []
+        for group in self._groups(self.policy.order(self._waiting, now)):
+            if self.unlimited or self._fits(group):
+                take = group
+            elif group[0].program.inflight > 0 or not self._could_ever_fit(group):
+                take = []
+                for t in group:
+                    if not self._fits([t]):
+                        break
+                    take.append(t)
+            else:
+                break
+            for t in take:
+                self._waiting.remove(t)
+                self._take(t)
+                admitted.append(t)
+            if len(take) < len(group):
+                break
+        return admitted
+
+    def release(self, t: Ticket) -> None:
+        """``t`` left the backend (done, failed or aborted): free its capacity at once."""
+        if self._running.pop(t.rid, None) is None:
+            return
+        self._inflight_requests -= 1
+        self._inflight_tokens -= t.est_tokens
+        self._inflight_kv -= t.kv
+        t.program.inflight -= 1
+        t.program.last_active = self.clock()
+        if any(w.waiter is not None for w in self._waiting):
+            self._pump()
+
+    # ---- async path (the Runtime) ---------------------------------------------------
     async def acquire(self, t: Ticket) -> None:
         """Wait until ``t`` may go to the backend."""
-        if self.unlimited or (not self._waiting and self._fits(t)):
+        if self.unlimited:
             self._take(t)
             return
-        t.waiter = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        t.waiter = loop.create_future()
         self._waiting.append(t)
+        if self.policy.gang:  # let the rest of a fan-out burst arrive before deciding
+            if not self._pump_scheduled:
+                self._pump_scheduled = True
+                loop.call_soon(self._deferred_pump)
+        else:
+            self._pump()
         try:
             await t.waiter
         except asyncio.CancelledError:
-            if t in self._waiting:
-                self._waiting.remove(t)
-            elif t.waiter.done() and not t.waiter.cancelled():
+            if not self.discard(t) and t.waiter.done() and not t.waiter.cancelled():
                 self.release(t)  # admitted just as we were cancelled
             raise
 
-    def _take(self, t: Ticket) -> None:
-        self._inflight_requests += 1
-        self._inflight_tokens += t.est_tokens
-        t.program.inflight += 1
-
-    def release(self, t: Ticket) -> None:
-        """``t`` left the backend; admit whoever is next."""
-        self._inflight_requests -= 1
-        self._inflight_tokens -= t.est_tokens
-        t.program.inflight -= 1
+    def _deferred_pump(self) -> None:
+        self._pump_scheduled = False
         self._pump()
 
     def _pump(self) -> None:
-        if not self._waiting:
-            return
-        now = self.clock()
-        ordered = self.policy.order(self._waiting, now)
-        for t in ordered:
-            if not self._fits(t):
-                break
-            self._waiting.remove(t)
-            self._take(t)
-            if not t.waiter.done():
+        for t in self.admit():
+            if t.waiter is not None and not t.waiter.done():
                 t.waiter.set_result(None)
+
+    # ---- engines forming their own batches --------------------------------------------
+    def running(self) -> list[Ticket]:
+        """Tickets admitted and not yet released."""
+        return list(self._running.values())
+
+    def lookup(self, rid: str) -> Ticket | None:
+        """The admitted ticket with this rid, if any."""
+        return self._running.get(rid)
+
+    def pick(self, tickets: Iterable[Ticket], k: int) -> list[Ticket]:
+        """The ``k`` tickets to run this iteration, in policy order (an engine's batch)."""
+        return self.policy.order(tickets, self.clock())[:k]
 
     @property
     def queue_depth(self) -> int:
@@ -166,6 +379,11 @@ class Scheduler:
     @property
     def inflight(self) -> int:
         return self._inflight_requests
+
+    @property
+    def kv_in_use(self) -> int:
+        """Estimated KV tokens: in-flight tickets plus resident prefixes."""
+        return self._inflight_kv + self._prefix_kv
 
 
 __all__ = ["AdmissionLimits", "FCFS", "ProgramInfo", "Scheduler", "SchedulingPolicy", "Ticket"]

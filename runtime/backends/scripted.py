@@ -76,7 +76,8 @@ class ScriptedBackend(Backend):
         self._fail = fail
         self._live: dict[str, asyncio.Task | None] = {}
         self.requests: list[GenRequest] = []  # every request served, in order (for assertions)
-        self.aborted: list[str] = []
+        self.aborted: list[str] = []  # rids aborted while live
+        self.abort_calls: list[str] = []  # every rid abort() was called with
         self.capabilities = Capabilities(rollback_probe=probe is not None, score=True, name="scripted")
 
     # ---- responses ------------------------------------------------------------------
@@ -140,6 +141,7 @@ class ScriptedBackend(Backend):
                          rid=req.rid, token_logprobs=[0.0] * n if req.logprobs else None)
 
     async def abort(self, rid: str) -> bool:
+        self.abort_calls.append(rid)
         task = self._live.pop(rid, None)
         if task is None:
             return False

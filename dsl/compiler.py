@@ -1,0 +1,186 @@
+"""compile(): validate a Graph with networkx and lower it to a program factory.
+
+Each check raises a :class:`certa.runtime.errors.CompileError` subclass with a stable code
+naming the step (see docs/errors.md):
+
+- CT101 unknown-step: an edge, branch, entry or knob names a step that does not exist
+- CT102 unreachable-step: a step no path from the entry reaches
+- CT103 unbounded-loop: a cycle with neither a knob cap, a ``max_visits`` nor a certaindex stop
+- CT104 unbounded-fanout: a dynamic fan-out (callable ``fanout`` or a ``Send`` router) with no bound
+- CT105 missing-certaindex: the policy needs a certaindex (or a named signal) the graph lacks
+- CT106 unknown-state-key: a step declares it writes a key the state has no field for
+- CT107 invalid-graph: no steps, a bad fan-out value, or an ambiguous knob step
+"""
+
+from __future__ import annotations
+
+import difflib
+import typing
+from dataclasses import dataclass
+from typing import Any
+
+import networkx as nx
+
+from certa.runtime.errors import (InvalidGraphError, MissingCertaindexError, UnboundedFanoutError,
+                                  UnboundedLoopError, UnknownStateKeyError, UnknownStepError,
+                                  UnreachableStepError)
+from certa.runtime.policy import Policy
+
+from .graph import END, START, Graph
+from .state import reducers_of
+
+
+def _suggest(name: str, options: list[str]) -> str | None:
+    close = difflib.get_close_matches(name, options, n=1)
+    return f"did you mean {close[0]!r}?" if close else f"known steps: {', '.join(options)}"
+
+
+@dataclass(frozen=True)
+class CompiledGraph:
+    """A validated graph + policy. ``new(**inputs)`` makes a runnable :class:`GraphProgram`."""
+
+    graph: Graph
+    policy: Policy | None
+    name: str
+    knob_step: str | None
+    successors: dict[str, tuple[str, ...]]
+    reducers: dict[str, Any]
+    nx_graph: Any
+
+    def new(self, **inputs: Any):
+        from .program import GraphProgram
+        return GraphProgram(self, inputs)
+
+    def with_policy(self, policy: Policy | None) -> "CompiledGraph":
+        """The same program with another policy (re-validated)."""
+        return compile_graph(self.graph, policy, name=self.name)
+
+    def draw(self):
+        """Mermaid text of the graph (renders in Jupyter)."""
+        from .drawing import mermaid
+        return mermaid(self)
+
+    def _repr_markdown_(self) -> str:
+        return self.draw()._repr_markdown_()
+
+    @property
+    def knob(self):
+        return self.graph.knob
+
+
+def _step_graph(g: Graph) -> tuple[nx.DiGraph, dict[str, tuple[str, ...]]]:
+    names = list(g.steps)
+    dg = nx.DiGraph()
+    dg.add_nodes_from([START, END, *names])
+    entry = g.entry_step or (names[0] if names else None)
+    if entry is not None:
+        dg.add_edge(START, entry)
+    for src, dst in g.edges:
+        for n in (src, dst):
+            if n not in g.steps and n != END:
+                raise UnknownStepError(f"edge {src!r} -> {dst!r} names unknown step {n!r}", program=g.name,
+                                       step=n, hint=_suggest(n, names))
+        dg.add_edge(src, dst)
+    for b in g.branches:
+        if b.source not in g.steps:
+            raise UnknownStepError(f"branch from unknown step {b.source!r}", program=g.name, step=b.source,
+                                   hint=_suggest(b.source, names))
+        for d in b.destinations if b.destinations is not None else names + [END]:
+            if d not in g.steps and d != END:
+                raise UnknownStepError(f"branch from {b.source!r} may go to unknown step {d!r}", program=g.name,
+                                       step=d, hint=_suggest(d, names))
+            dg.add_edge(b.source, d)
+    for n in names:
+        if dg.out_degree(n) == 0:
+            dg.add_edge(n, END)
+    succ = {n: tuple(s for s in dg.successors(n)) for n in names}
+    return dg, succ
+
+
+def _knob_step(g: Graph, dg: nx.DiGraph) -> str | None:
+    explicit = [s.name for s in g.steps.values() if s.knob]
+    if g.knob.step is not None:
+        if g.knob.step not in g.steps:
+            raise UnknownStepError(f"knob counts unknown step {g.knob.step!r}", program=g.name, step=g.knob.step,
+                                   hint=_suggest(g.knob.step, list(g.steps)))
+        return g.knob.step
+    if len(explicit) > 1:
+        raise InvalidGraphError(f"several steps marked knob=True: {explicit}", program=g.name, step=explicit[1])
+    if explicit:
+        return explicit[0]
+    looped = {n for cyc in nx.simple_cycles(dg) for n in cyc}
+    fanned = {s.name for s in g.steps.values() if not isinstance(s.fanout, int) or s.fanout > 1}
+    candidates = sorted((looped | fanned) & set(g.steps))
+    if len(candidates) == 1:
+        return candidates[0]
+    if g.knob.unit != "tokens" and g.knob.cap is not None and candidates:
+        raise InvalidGraphError(f"cannot tell which step the knob counts among {candidates}", program=g.name,
+                                step=candidates[0], hint="mark one with @graph.step(knob=True)")
+    return None
+
+
+def _check_writes(g: Graph) -> None:
+    fields = set(g.state.model_fields)
+    for s in g.steps.values():
+        keys = s.writes
+        if keys is None:
+            try:
+                ret = typing.get_type_hints(s.fn).get("return")
+            except Exception:  # noqa: BLE001 - unresolvable hints: nothing to check statically
+                ret = None
+            if ret is not None and typing.is_typeddict(ret):
+                keys = tuple(ret.__annotations__)
+        for k in keys or ():
+            if k not in fields:
+                raise UnknownStateKeyError(f"step writes {k!r}, which {g.state.__name__} has no field for",
+                                           program=g.name, step=s.name, hint=f"state fields: {', '.join(sorted(fields))}")
+
+
+def compile_graph(g: Graph, policy: Policy | None, *, name: str | None = None) -> CompiledGraph:
+    """Validate ``g`` and return a :class:`CompiledGraph` (see module docstring for the checks)."""
+    if not g.steps:
+        raise InvalidGraphError("the graph has no steps", program=g.name, hint="declare one with @graph.step")
+    if g.entry_step is not None and g.entry_step not in g.steps:
+        raise UnknownStepError(f"entry step {g.entry_step!r} does not exist", program=g.name, step=g.entry_step,
+                               hint=_suggest(g.entry_step, list(g.steps)))
+    dg, succ = _step_graph(g)
+    reachable = nx.descendants(dg, START)
+    for n in g.steps:
+        if n not in reachable:
+            raise UnreachableStepError(f"no path from the entry reaches step {n!r}", program=g.name, step=n,
+                                       hint="add an edge to it or remove it")
+    knob_step = _knob_step(g, dg)
+    capped = g.knob.cap is not None
+    cd_stop = bool(g.signals) and policy is not None and policy.requires_certaindex
+    for cycle in nx.simple_cycles(dg):
+        bounded = (capped and (g.knob.unit == "tokens" or knob_step in cycle)) or cd_stop or any(
+            g.steps[n].max_visits is not None for n in cycle)
+        if not bounded:
+            raise UnboundedLoopError(f"loop {' -> '.join([*cycle, cycle[0]])} has no knob cap, max_visits or "
+                                     f"certaindex stop", program=g.name, step=cycle[0],
+                                     hint="give the Graph a Knob with a cap, or a certaindex and a Threshold policy")
+    for s in g.steps.values():
+        if isinstance(s.fanout, bool) or (isinstance(s.fanout, int) and s.fanout < 1):
+            raise InvalidGraphError(f"fanout must be a positive int or a callable, got {s.fanout!r}",
+                                    program=g.name, step=s.name)
+        if callable(s.fanout) and s.max_fanout is None:
+            raise UnboundedFanoutError("dynamic fanout has no bound", program=g.name, step=s.name,
+                                       hint="pass max_fanout=N to @graph.step")
+    for b in g.branches:
+        if b.sends and b.max_fanout is None:
+            targets = b.destinations or ()
+            if not (capped and targets and all(t == knob_step for t in targets)):
+                raise UnboundedFanoutError(f"router after {b.source!r} returns Send fan-out with no bound",
+                                           program=g.name, step=b.source, hint="pass max_fanout=N to graph.branch")
+    if policy is not None and policy.requires_certaindex and not g.signals:
+        raise MissingCertaindexError(f"policy {policy!r} needs a certaindex but the graph declares none",
+                                     program=g.name, hint="add a @graph.certaindex function")
+    tau = getattr(policy, "tau", None)
+    if isinstance(tau, dict):
+        names = {s.name for s in g.signals}
+        for sig in tau:
+            if sig not in names:
+                raise MissingCertaindexError(f"policy thresholds signal {sig!r}, which the graph lacks",
+                                             program=g.name, step=sig, hint=f"signals: {sorted(names)}")
+    _check_writes(g)
+    return CompiledGraph(g, policy, name or g.name, knob_step, succ, reducers_of(g.state), dg)

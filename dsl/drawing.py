@@ -1,0 +1,53 @@
+"""Mermaid text for compiled graphs (renders in Jupyter; snapshot-tested)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from certa.runtime.draw import Mermaid
+
+from .graph import END, START
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .compiler import CompiledGraph
+
+
+def _label(c: "CompiledGraph", name: str) -> str:
+    s = c.graph.steps[name]
+    parts = [name]
+    if callable(s.fanout):
+        parts.append(f"fan-out ≤{s.max_fanout}")
+    elif s.fanout > 1:
+        parts.append(f"×{s.fanout}")
+    if name == c.knob_step:
+        k = c.graph.knob
+        parts.append(f"knob: {k.unit} ≤ {k.cap}" if k.cap is not None else f"knob: {k.unit}")
+    return "<br/>".join(parts)
+
+
+def mermaid(c: "CompiledGraph") -> Mermaid:
+    """Mermaid flowchart: steps, static edges (solid), conditional edges (dashed), loops, certaindex."""
+    g = c.graph
+    lines = ["flowchart TD", f"    {START}([start])", f"    {END}([end])"]
+    lines += [f'    {n}["{_label(c, n)}"]' for n in g.steps]
+    entry = g.entry_step or next(iter(g.steps))
+    lines.append(f"    {START} --> {entry}")
+    static = set()
+    for src, dst in g.edges:
+        static.add((src, dst))
+        lines.append(f"    {src} -->|loop| {dst}" if src == dst else f"    {src} --> {dst}")
+    for b in g.branches:
+        name = getattr(b.router, "__name__", "router")
+        for d in b.destinations or ("*",):
+            target = d if d != "*" else f"{b.source}_any[any step]"
+            lines.append(f"    {b.source} -.->|{name}| {target}")
+            static.add((b.source, d))
+    for n in g.steps:
+        if not any(src == n for src, _ in static):
+            lines.append(f"    {n} --> {END}")
+    if g.signals:
+        names = ", ".join(s.name for s in g.signals)
+        policy = repr(c.policy) if c.policy is not None else "no policy"
+        lines.append(f'    certaindex{{{{"certaindex: {names}<br/>{policy}"}}}}')
+        lines.append(f"    certaindex -. stop .-> {END}")
+    return Mermaid("\n".join(lines) + "\n")

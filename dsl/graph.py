@@ -1,0 +1,193 @@
+"""Graph: declare a reasoning program as ``@step`` functions, edges and ``@certaindex`` signals.
+
+Example (Self-Consistency in a few lines; runs on the scripted fake backend):
+    >>> import certa as ct
+    >>> class SC(ct.State):
+    ...     question: str
+    ...     answers: ct.Appended[list[str]] = []
+    >>> sc = ct.Graph(SC, knob=ct.Knob("branches", cap=8), name="sc")
+    >>> @sc.step(fanout=4)
+    ... async def sample(s: SC, ctx: ct.Context):
+    ...     out = await ctx.gen(s.question, temperature=0.7)
+    ...     return {"answers": [out.text]}
+    >>> @sc.certaindex
+    ... def agreement(s: SC) -> float:
+    ...     return 1.0 if len(set(s.answers)) == 1 and len(s.answers) > 1 else 0.0
+    >>> _ = sc.loop("sample")
+    >>> program = sc.compile(policy=ct.Threshold(0.9, detect_at=4))
+    >>> ct.Runtime(backend=ct.ScriptedBackend(responses=["42"])).run_sync(program, question="q").exit_reason
+    'certaindex'
+"""
+
+
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, overload
+
+from pydantic import BaseModel
+
+from certa.runtime.errors import InvalidGraphError
+from certa.runtime.policy import Policy
+from certa.runtime.types import Knob
+
+END = "__end__"
+START = "__start__"
+
+
+@dataclass(frozen=True, slots=True)
+class Send:
+    """Run ``step`` once more with ``payload`` (dynamic fan-out from a router)."""
+
+    step: str
+    payload: Any = None
+
+
+@dataclass(slots=True)
+class StepSpec:
+    """A declared step. ``fanout``: branches launched when the step is entered."""
+
+    name: str
+    fn: Callable[..., Any]
+    is_async: bool
+    takes_ctx: bool
+    fanout: int | Callable[[Any], int] = 1
+    max_fanout: int | None = None
+    knob: bool = False
+    writes: tuple[str, ...] | None = None
+    max_visits: int | None = None
+    doc: str = ""
+
+
+@dataclass(slots=True)
+class BranchSpec:
+    """A conditional edge: ``router(state)`` picks successors (names, ``Send``s or ``END``)."""
+
+    source: str
+    router: Callable[[Any], Any]
+    destinations: tuple[str, ...] | None
+    max_fanout: int | None
+    sends: bool
+
+
+@dataclass(slots=True)
+class SignalSpec:
+    name: str
+    fn: Callable[[Any], float]
+
+
+@dataclass
+class Graph:
+    """A reasoning program under construction. See the module docstring for an example.
+
+    Args:
+        state: the pydantic state class (subclass :class:`certa.State`).
+        knob: the resource the program spends and its cap.
+        name: shown in program ids, errors and drawings.
+    """
+
+    state: type[BaseModel]
+    knob: Knob = field(default_factory=lambda: Knob("iterations", cap=None))
+    name: str = ""
+    steps: dict[str, StepSpec] = field(default_factory=dict)
+    edges: list[tuple[str, str]] = field(default_factory=list)
+    branches: list[BranchSpec] = field(default_factory=list)
+    signals: list[SignalSpec] = field(default_factory=list)
+    entry_step: str | None = None
+    answer_fn: Callable[[Any], Any] | None = None
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.state, type) and issubclass(self.state, BaseModel)):
+            raise InvalidGraphError(f"Graph state must be a pydantic model class (subclass certa.State), got {self.state!r}",
+                                    program=self.name or None)
+        self.name = self.name or self.state.__name__.lower()
+
+    # ---- steps ----------------------------------------------------------------------
+    @overload
+    def step(self, fn: Callable[..., Any], /) -> Callable[..., Any]: ...
+    @overload
+    def step(self, *, name: str | None = None, fanout: int | Callable[[Any], int] = 1, max_fanout: int | None = None,
+             knob: bool = False, writes: list[str] | None = None, max_visits: int | None = None,
+             entry: bool = False) -> Callable[[Callable[..., Any]], Callable[..., Any]]: ...
+
+    def step(self, fn=None, /, *, name=None, fanout=1, max_fanout=None, knob=False, writes=None, max_visits=None,
+             entry=False):
+        """Declare a step ``(state, ctx) -> update dict`` (async or sync; ``ctx`` optional).
+
+        ``fanout=n`` launches n parallel branches each time the step is entered;
+        ``knob=True`` marks the step whose launches the knob counts.
+        """
+        def register(f: Callable[..., Any]) -> Callable[..., Any]:
+            step_name = name or f.__name__
+            if step_name in self.steps or step_name in (START, END):
+                raise InvalidGraphError(f"step {step_name!r} is declared twice or uses a reserved name",
+                                        program=self.name, step=step_name)
+            params = [p for p in inspect.signature(f).parameters.values()
+                      if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+            if not 1 <= len(params) <= 2:
+                raise InvalidGraphError("a step takes (state) or (state, ctx)", program=self.name, step=step_name)
+            self.steps[step_name] = StepSpec(step_name, f, inspect.iscoroutinefunction(f), len(params) == 2, fanout,
+                                             max_fanout, knob, tuple(writes) if writes is not None else None,
+                                             max_visits, inspect.getdoc(f) or "")
+            if entry:
+                self.entry_step = step_name
+            return f
+        return register(fn) if fn is not None else register
+
+    # ---- edges ----------------------------------------------------------------------
+    def edge(self, source: str, dest: str) -> "Graph":
+        """Always go from ``source`` to ``dest`` when a ``source`` branch finishes."""
+        self.edges.append((source, dest))
+        return self
+
+    def sequence(self, *names: str) -> "Graph":
+        """Chain steps: ``sequence("a", "b", "c")`` adds a→b and b→c."""
+        for a, b in zip(names, names[1:]):
+            self.edge(a, b)
+        return self
+
+    def loop(self, step: str) -> "Graph":
+        """Re-run ``step`` after each of its branches finishes (bounded by knob cap and certaindex)."""
+        return self.edge(step, step)
+
+    def branch(self, source: str, router: Callable[[Any], Any], *, destinations: list[str] | None = None,
+               max_fanout: int | None = None) -> "Graph":
+        """Conditional edge: after ``source``, ``router(state)`` returns a step name, ``END``,
+        a ``Send`` or a list of them. Destinations come from ``destinations`` or from the
+        router's ``Literal[...]`` return hint; a router that returns ``Send``s needs ``max_fanout``
+        unless its targets are bounded by the knob cap.
+        """
+        from .hints import router_destinations
+        dests, sends = router_destinations(router)
+        if destinations is not None:
+            dests = tuple(destinations)
+        self.branches.append(BranchSpec(source, router, dests, max_fanout, sends))
+        return self
+
+    def entry(self, step: str) -> "Graph":
+        """The step the program starts with (default: the first step declared)."""
+        self.entry_step = step
+        return self
+
+    # ---- signals and answer ---------------------------------------------------------
+    def certaindex(self, fn: Callable[[Any], float] | None = None, /, *, name: str | None = None):
+        """Declare a certaindex ``(state) -> float in [0, 1]``. Several compose with AND."""
+        def register(f: Callable[[Any], float]) -> Callable[[Any], float]:
+            self.signals.append(SignalSpec(name or f.__name__, f))
+            return f
+        return register(fn) if fn is not None else register
+
+    def answer(self, fn: Callable[[Any], Any]) -> Callable[[Any], Any]:
+        """Declare how the final answer is read from the state."""
+        self.answer_fn = fn
+        return fn
+
+    # ---- lowering -------------------------------------------------------------------
+    def compile(self, policy: Policy | None = None, *, name: str | None = None):
+        """Validate the graph and lower it to a program factory (:class:`CompiledGraph`).
+
+        Raises a :class:`certa.runtime.errors.CompileError` subclass naming the step on any
+        structural problem (codes CT101–CT107, see docs/errors.md).
+        """
+        from .compiler import compile_graph
+        return compile_graph(self, policy, name=name)

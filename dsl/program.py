@@ -1,0 +1,184 @@
+"""GraphProgram: a compiled graph running as a Program, with per-branch asynchronous progress.
+
+Each branch of a step is its own task; ``execute()`` processes ONE finished branch (merges
+its update through the reducers, counts the knob, launches its successors) so a fast
+branch never waits for a slow sibling. The runtime reads certaindex and the policy after
+every ``execute()``; on early exit ``aclose()`` cancels every branch, which aborts their
+in-flight requests on the backend.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections import Counter
+from typing import TYPE_CHECKING, Any
+
+from pydantic import ValidationError
+
+from certa.runtime.context import Context
+from certa.runtime.errors import CertaError, ConfigError, LimitExceededError, StepFailedError, UnknownStepError
+from certa.runtime.program import Program
+
+from .graph import END, Send, StepSpec
+from .state import apply_update
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .compiler import CompiledGraph
+
+
+class GraphProgram(Program):
+    """One run of a compiled graph. Create with ``compiled.new(**inputs)`` or let the Runtime do it."""
+
+    manages_cap = True
+
+    def __init__(self, compiled: "CompiledGraph", inputs: dict[str, Any]) -> None:
+        super().__init__()
+        self.compiled = compiled
+        self.name = compiled.name
+        self.knob = compiled.graph.knob
+        self.policy = compiled.policy
+        try:
+            self.state = compiled.graph.state(**inputs)
+        except ValidationError as exc:
+            raise ConfigError(f"bad inputs for program {compiled.name!r}: {exc.errors()[0]['msg']} "
+                              f"({'.'.join(map(str, exc.errors()[0]['loc']))})", program=compiled.name) from None
+        self.hit_cap = False
+        self.launches: Counter[str] = Counter()
+        self.history: list[tuple[str, int]] = []  # (step, branch) in completion order
+        self._tasks: dict[asyncio.Task, tuple[str, int]] = {}
+        self._done: asyncio.Queue = asyncio.Queue()
+        self._branch_ids = itertools.count()
+        self._started = False
+        self._ctx: Context | None = None
+
+    # ---- Program interface ----------------------------------------------------------
+    async def execute(self, ctx: Context) -> bool:
+        if not self._started:
+            self._started = True
+            self._ctx = ctx
+            g = self.compiled.graph
+            self._enter(g.entry_step or next(iter(g.steps)), None)
+        if not self._tasks:
+            return False
+        task, step, branch, update, exc = await self._done.get()
+        self._tasks.pop(task, None)
+        if exc is not None:
+            if isinstance(exc, CertaError):
+                exc.program, exc.step, exc.branch = exc.program or self.program_id, exc.step or step, exc.branch if exc.branch is not None else branch
+                raise exc
+            raise StepFailedError(f"{type(exc).__name__}: {exc}", program=self.program_id, step=step,
+                                  branch=branch) from exc
+        if update:
+            if not isinstance(update, dict):
+                raise StepFailedError(f"step returned {type(update).__name__}; expected a dict of state updates or None",
+                                      program=self.program_id, step=step, branch=branch)
+            apply_update(self.state, update, self.compiled.reducers, program=self.program_id, step=step, branch=branch)
+        self.history.append((step, branch))
+        if step == self.compiled.knob_step:
+            self.knob_used += 1
+        self._route(step)
+        return bool(self._tasks)
+
+    def update_certaindex(self) -> dict[str, float] | None:
+        signals = self.compiled.graph.signals
+        if not signals:
+            return None
+        return {s.name: float(s.fn(self.state)) for s in signals}
+
+    def answer(self) -> Any:
+        fn = self.compiled.graph.answer_fn
+        return fn(self.state) if fn is not None else getattr(self.state, "answer", None)
+
+    async def aclose(self) -> None:
+        tasks = list(self._tasks)
+        for t in tasks:
+            t.cancel()
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+        self._tasks.clear()
+
+    def draw(self):
+        return self.compiled.draw()
+
+    @property
+    def inflight_branches(self) -> list[tuple[str, int]]:
+        return list(self._tasks.values())
+
+    # ---- scheduling of branches -----------------------------------------------------
+    def _route(self, step: str) -> None:
+        g = self.compiled.graph
+        for src, dst in g.edges:
+            if src == step and dst != END:
+                self._enter(dst, step)
+        for b in g.branches:
+            if b.source != step:
+                continue
+            out = b.router(self.state)
+            items = out if isinstance(out, (list, tuple)) else [out]
+            sends = [x for x in items if isinstance(x, Send)]
+            if b.max_fanout is not None and len(sends) > b.max_fanout:
+                raise LimitExceededError(f"router returned {len(sends)} Sends, over max_fanout={b.max_fanout}",
+                                         program=self.program_id, step=step)
+            for x in items:
+                if x is None or x == END:
+                    continue
+                if isinstance(x, Send):
+                    self._check_step(x.step, step)
+                    self._launch(g.steps[x.step], x.payload)
+                else:
+                    self._check_step(x, step)
+                    self._enter(x, step)
+
+    def _check_step(self, name: str, source: str) -> None:
+        if name not in self.compiled.graph.steps:
+            raise UnknownStepError(f"router after {source!r} returned unknown step {name!r}",
+                                   program=self.program_id, step=source)
+
+    def _enter(self, name: str, source: str | None) -> None:
+        spec = self.compiled.graph.steps[name]
+        if source == name:  # a loop continues its own lane: one new branch per finished branch
+            n = 1
+        else:
+            n = spec.fanout(self.state) if callable(spec.fanout) else spec.fanout
+            if spec.max_fanout is not None and n > spec.max_fanout:
+                raise LimitExceededError(f"fanout {n} over max_fanout={spec.max_fanout}", program=self.program_id,
+                                         step=name)
+        limit = self._ctx.run.runtime.limits.max_fanout if self._ctx else None
+        if limit is not None and n > limit:
+            raise LimitExceededError(f"fanout {n} over the runtime limit {limit}", program=self.program_id, step=name)
+        for _ in range(n):
+            self._launch(spec, None)
+
+    def _launch(self, spec: StepSpec, payload: Any) -> None:
+        if spec.name == self.compiled.knob_step and self.knob.cap is not None:
+            spent = self.tokens.main if self.knob.unit == "tokens" else self.launches[spec.name]
+            if spent >= self.knob.cap:
+                self.hit_cap = True
+                return
+        if spec.max_visits is not None and self.launches[spec.name] >= spec.max_visits:
+            return
+        self.launches[spec.name] += 1
+        branch = next(self._branch_ids)
+        assert self._ctx is not None
+        ctx = self._ctx.child(spec.name, branch, payload)
+        task = asyncio.ensure_future(self._run_step(spec, ctx))
+        self._tasks[task] = (spec.name, branch)
+
+    async def _run_step(self, spec: StepSpec, ctx: Context) -> None:
+        events = ctx.run.runtime.events
+        if events.active:
+            events.emit("step_start", self.program_id, spec.name, ctx.branch)
+        try:
+            if spec.is_async:
+                out = await (spec.fn(self.state, ctx) if spec.takes_ctx else spec.fn(self.state))
+            else:
+                out = spec.fn(self.state, ctx) if spec.takes_ctx else spec.fn(self.state)
+            item = (asyncio.current_task(), spec.name, ctx.branch, out, None)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # delivered to execute(), which names program/step/branch
+            item = (asyncio.current_task(), spec.name, ctx.branch, None, exc)
+        if events.active:
+            events.emit("step_end", self.program_id, spec.name, ctx.branch, ok=item[4] is None)
+        self._done.put_nowait(item)

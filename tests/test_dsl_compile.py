@@ -1,0 +1,253 @@
+"""Every compile error code has a test; each error names the step."""
+
+from __future__ import annotations
+
+from typing import Literal, TypedDict
+
+import pytest
+
+import certa as ct
+from certa.runtime import errors as E
+
+
+class S(ct.State):
+    question: str = ""
+    answers: ct.Appended[list[str]] = []
+    n: int = 0
+
+
+def graph(**kw) -> ct.Graph:
+    return ct.Graph(S, name="g", **kw)
+
+
+def test_valid_graph_compiles_and_infers_knob_step():
+    g = graph(knob=ct.Knob("branches", cap=8))
+
+    @g.step(fanout=4)
+    async def sample(s, ctx):
+        return {}
+
+    g.loop("sample")
+    c = g.compile()
+    assert c.knob_step == "sample"
+
+
+def test_ct101_unknown_step_in_edge_with_suggestion():
+    g = graph()
+
+    @g.step
+    def sample(s):
+        return {}
+
+    g.edge("sample", "smaple")
+    with pytest.raises(E.UnknownStepError) as e:
+        g.compile()
+    assert e.value.code == "CT101" and e.value.step == "smaple" and "did you mean 'sample'" in str(e.value)
+
+
+def test_ct101_unknown_destination_from_literal_hint():
+    g = graph()
+
+    @g.step
+    def a(s):
+        return {}
+
+    def route(s) -> Literal["b", "__end__"]:
+        return "b"
+
+    g.branch("a", route)
+    with pytest.raises(E.UnknownStepError) as e:
+        g.compile()
+    assert e.value.step == "b"
+
+
+def test_ct101_unknown_entry():
+    g = graph()
+
+    @g.step
+    def a(s):
+        return {}
+
+    g.entry("zzz")
+    with pytest.raises(E.UnknownStepError):
+        g.compile()
+
+
+def test_ct102_unreachable_step():
+    g = graph()
+
+    @g.step
+    def a(s):
+        return {}
+
+    @g.step
+    def orphan(s):
+        return {}
+
+    with pytest.raises(E.UnreachableStepError) as e:
+        g.compile()
+    assert e.value.code == "CT102" and e.value.step == "orphan"
+
+
+def test_ct103_unbounded_loop():
+    g = graph()  # no knob cap
+
+    @g.step
+    def a(s):
+        return {}
+
+    g.loop("a")
+    with pytest.raises(E.UnboundedLoopError) as e:
+        g.compile()
+    assert e.value.code == "CT103" and e.value.step == "a"
+
+
+def test_loop_bounded_by_certaindex_stop_compiles():
+    g = graph()
+
+    @g.step
+    def a(s):
+        return {}
+
+    @g.certaindex
+    def sure(s) -> float:
+        return 1.0
+
+    g.loop("a")
+    g.compile(policy=ct.Threshold(0.5))
+
+
+def test_ct104_unbounded_dynamic_fanout():
+    g = graph()
+
+    @g.step(fanout=lambda s: 3)
+    def a(s):
+        return {}
+
+    with pytest.raises(E.UnboundedFanoutError) as e:
+        g.compile()
+    assert e.value.code == "CT104" and e.value.step == "a"
+
+
+def test_ct104_unbounded_send_router():
+    g = graph()
+
+    @g.step
+    def plan(s):
+        return {}
+
+    @g.step
+    def work(s):
+        return {}
+
+    def fan(s) -> list[ct.Send]:
+        return [ct.Send("work", i) for i in range(3)]
+
+    g.branch("plan", fan, destinations=["work"])
+    with pytest.raises(E.UnboundedFanoutError) as e:
+        g.compile()
+    assert e.value.step == "plan"
+    g.branches.clear()
+    g.branch("plan", fan, destinations=["work"], max_fanout=3)
+    g.compile()
+
+
+def test_ct105_policy_needs_missing_certaindex():
+    g = graph(knob=ct.Knob("iterations", cap=3))
+
+    @g.step
+    def a(s):
+        return {}
+
+    with pytest.raises(E.MissingCertaindexError) as e:
+        g.compile(policy=ct.Threshold(0.5))
+    assert e.value.code == "CT105"
+
+
+def test_ct105_named_signal_missing():
+    g = graph(knob=ct.Knob("iterations", cap=3))
+
+    @g.step
+    def a(s):
+        return {}
+
+    @g.certaindex
+    def entropy(s) -> float:
+        return 0.0
+
+    with pytest.raises(E.MissingCertaindexError) as e:
+        g.compile(policy=ct.Threshold({"reward": 0.5}))
+    assert e.value.step == "reward"
+
+
+def test_ct106_declared_writes_unknown_key():
+    g = graph()
+
+    @g.step(writes=["answers", "scores"])
+    def a(s):
+        return {}
+
+    with pytest.raises(E.UnknownStateKeyError) as e:
+        g.compile()
+    assert e.value.code == "CT106" and e.value.step == "a" and "scores" in str(e.value)
+
+
+class Out(TypedDict):
+    bogus: int
+
+
+def test_ct106_typeddict_return_hint_unknown_key():
+    g = graph()
+
+    @g.step
+    def a(s) -> Out:
+        return {"bogus": 1}
+
+    with pytest.raises(E.UnknownStateKeyError):
+        g.compile()
+
+
+def test_ct106_unknown_key_at_runtime_names_step_and_branch():
+    g = graph(knob=ct.Knob("branches", cap=2))
+
+    @g.step(fanout=2)
+    async def a(s, ctx):
+        return {"nope": 1}
+
+    r = ct.Runtime(backend=ct.ScriptedBackend(responses=["x"])).run_sync(g.compile())
+    assert isinstance(r.error, E.UnknownStateKeyError)
+    assert r.error.step == "a" and r.error.branch in (0, 1) and r.error.program.startswith("g-")
+
+
+def test_ct107_invalid_graphs():
+    with pytest.raises(E.InvalidGraphError):
+        graph().compile()  # no steps
+    with pytest.raises(E.InvalidGraphError):
+        ct.Graph(dict)  # state is not a model
+    g = graph()
+
+    @g.step(fanout=0)
+    def a(s):
+        return {}
+
+    with pytest.raises(E.InvalidGraphError) as e:
+        g.compile()
+    assert e.value.code == "CT107" and e.value.step == "a"
+
+
+def test_duplicate_step_is_invalid():
+    g = graph()
+
+    @g.step
+    def a(s):
+        return {}
+
+    with pytest.raises(E.InvalidGraphError):
+        g.step(name="a")(lambda s: {})
+
+
+def test_every_error_code_is_documented():
+    import pathlib
+    doc = (pathlib.Path(__file__).parent.parent / "docs" / "errors.md").read_text()
+    for cls in E.ALL_ERRORS:
+        assert cls.code in doc, f"{cls.code} ({cls.__name__}) missing from docs/errors.md"

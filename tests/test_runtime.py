@@ -1,0 +1,263 @@
+"""Runtime behaviour on the scripted backend: reducers, fan-out, nesting, early exit, accounting."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+
+import pytest
+
+import certa as ct
+from certa.runtime.backends.scripted import words
+
+
+class SC(ct.State):
+    question: str
+    answers: ct.Appended[list[str]] = []
+
+
+def make_sc(cap=8, fanout=4, policy=None, latency_by_branch=None):
+    g = ct.Graph(SC, knob=ct.Knob("branches", cap=cap), name="sc")
+
+    @g.step(fanout=fanout)
+    async def sample(s: SC, ctx: ct.Context):
+        out = await ctx.gen(s.question, temperature=0.7, max_tokens=50)
+        return {"answers": [out.text.strip()]}
+
+    @g.certaindex
+    def agreement(s: SC) -> float:
+        if len(s.answers) < 2:
+            return 0.0
+        top = Counter(s.answers).most_common(1)[0][1]
+        return (top - 1) / (len(s.answers) - 1)
+
+    @g.answer
+    def vote(s: SC):
+        return Counter(s.answers).most_common(1)[0][0] if s.answers else None
+
+    g.loop("sample")
+    return g.compile(policy=policy)
+
+
+async def test_reducer_merges_concurrent_branches():
+    b = ct.ScriptedBackend(responses=["a", "b", "c", "d", "e", "f"], latency=0.01)
+    r = await ct.Runtime(b).run(make_sc(cap=6, fanout=3), question="q")
+    assert r.ok, r.error
+    assert sorted(r.state.answers) == ["a", "b", "c", "d", "e", "f"]
+    assert r.knob_used == 6 and r.exit_reason == "cap"
+
+
+async def test_fanout_launches_n_branches_at_once():
+    b = ct.ScriptedBackend(responses=["x"], latency=0.05)
+    seen = []
+    rt = ct.Runtime(b)
+    rt.events.subscribe(lambda ev: seen.append(ev) if ev.kind == "step_start" else None)
+    task = asyncio.ensure_future(rt.run(make_sc(cap=4, fanout=4), question="q"))
+    await asyncio.sleep(0.02)
+    assert len(b.live_rids()) == 4
+    r = await task
+    assert len(seen) == 4 and r.knob_used == 4
+
+
+async def test_fast_branch_never_waits_for_slow_sibling():
+    # branch 0's requests are slow (1 s); the other lane is fast and loops on without waiting
+    def latency(req):
+        return 0.5 if req.branch == 0 else 0.01
+
+    b = ct.ScriptedBackend(responses=["x"], latency=latency)
+    starts = []
+    rt = ct.Runtime(b)
+    rt.events.subscribe(lambda ev: starts.append((ev.t, ev.branch)) if ev.kind == "step_start" else None)
+    loop = asyncio.get_running_loop()
+    t0 = loop.time()
+    r = await rt.run(make_sc(cap=6, fanout=2), question="q")
+    assert r.ok and r.knob_used == 6
+    fast = [t for t, br in starts if br != 0]
+    assert len(fast) == 5
+    assert max(fast) - t0 < 0.3, "fast lane must finish its 5 branches while branch 0 is still running"
+
+
+async def test_early_exit_aborts_in_flight_requests():
+    b = ct.ScriptedBackend(responses=lambda r: "42", latency=lambda r: 0.01 if r.branch < 4 else 5.0)
+    rt = ct.Runtime(b)
+    r = await rt.run(make_sc(cap=16, fanout=8, policy=ct.Threshold(0.9, detect_at=4)), question="q")
+    assert r.exit_reason == "certaindex"
+    assert r.knob_used == 4
+    assert b.live_rids() == set(), "nothing may stay in flight after early exit"
+    assert len(b.abort_calls) == 4
+    assert r.tokens_saved > 0 and r.answer == "42"
+
+
+async def test_no_exit_when_answers_disagree():
+    b = ct.ScriptedBackend(responses=["1", "2", "3", "4"])
+    r = await ct.Runtime(b).run(make_sc(cap=8, fanout=4, policy=ct.Threshold(0.9, detect_at=4)), question="q")
+    assert r.exit_reason == "cap" and r.knob_used == 8
+
+
+async def test_token_accounting_by_kind():
+    class Probe(ct.State):
+        q: str
+        out: str = ""
+
+    g = ct.Graph(Probe, name="probe")
+
+    @g.step
+    async def think(s, ctx):
+        a = await ctx.gen("main", max_tokens=100)
+        p = await ctx.gen("probe", kind="probe", max_tokens=100)
+        sc = await ctx.score("score?")
+        return {"out": a.text + p.text + str(sc.probs)}
+
+    b = ct.ScriptedBackend(responses={"main": "one two three", "probe": "four five", "score?": "Yes"})
+    r = await ct.Runtime(b).run(g.compile(), q="x")
+    assert r.ok, r.error
+    assert (r.tokens.main, r.tokens.probe) == (3, 2)
+    assert r.tokens.score >= 1
+    assert r.tokens.total == r.tokens.main + r.tokens.probe + r.tokens.score
+    assert r.tokens.requests == 3
+
+
+async def test_nested_subprogram_counts_tokens_and_aborts_on_exit():
+    inner = make_sc(cap=2, fanout=2)
+
+    class Outer(ct.State):
+        question: str
+        answers: ct.Appended[list[str]] = []
+
+    g = ct.Graph(Outer, knob=ct.Knob("branches", cap=6), name="outer")
+
+    @g.step(fanout=3)
+    async def sub(s, ctx):
+        res = await ctx.call(inner, question=s.question)
+        return {"answers": [res.answer]}
+
+    @g.certaindex
+    def same(s) -> float:
+        return 1.0 if len(s.answers) >= 2 and len(set(s.answers)) == 1 else 0.0
+
+    g.loop("sub")
+    # the third sub-program (program id outer-0/sc-3) is slow: in flight when the outer program exits
+    b = ct.ScriptedBackend(responses=["7"], latency=lambda req: 5.0 if req.program_id.endswith("sc-3") else 0.01)
+    r = await ct.Runtime(b).run(g.compile(policy=ct.Threshold(1.0, detect_at=2)), question="q")
+    assert r.exit_reason == "certaindex", r.error
+    assert r.state.answers == ["7", "7"] and r.knob_used == 2
+    assert b.live_rids() == set()
+    assert any(rid.startswith("outer-0/sc-3") for rid in b.abort_calls)
+    assert r.tokens.main == 4  # 2 finished sub-programs x 2 branches x 1 token roll up into the parent
+
+
+async def test_hand_written_program_runs_in_same_runtime():
+    class Majority(ct.Program):
+        knob = ct.Knob("branches", cap=5)
+
+        def __init__(self, question: str):
+            super().__init__()
+            self.state = {"q": question, "answers": []}
+
+        async def execute(self, ctx):
+            out = await ctx.gen(self.state["q"], temperature=0.7)
+            self.state["answers"].append(out.text)
+            self.knob_used += 1
+            return True
+
+        def update_certaindex(self):
+            a = self.state["answers"]
+            return Counter(a).most_common(1)[0][1] / len(a)
+
+        def answer(self):
+            return Counter(self.state["answers"]).most_common(1)[0][0]
+
+    Majority.policy = ct.Threshold(0.99, detect_at=3)
+    b = ct.ScriptedBackend(responses=["5"])
+    r = await ct.Runtime(b).run(Majority, question="q")
+    assert r.exit_reason == "certaindex" and r.knob_used == 3 and r.answer == "5"
+    assert [round(p.value, 3) for p in r.certaindex] == [1.0, 1.0, 1.0]
+
+
+async def test_step_exception_fails_only_its_program():
+    class S(ct.State):
+        q: str
+
+    g = ct.Graph(S, name="boom")
+
+    @g.step
+    async def explode(s, ctx):
+        if s.q == "bad":
+            raise ValueError("kaboom")
+        await ctx.gen("x")
+        return {}
+
+    rt = ct.Runtime(ct.ScriptedBackend(responses=["fine"]))
+    good, bad = await rt.run_many([(g.compile(), {"q": "ok"}), (g.compile(), {"q": "bad"})])
+    assert good.ok and not bad.ok
+    assert bad.error.code == "CT201" and bad.error.step == "explode" and "kaboom" in str(bad.error)
+
+
+async def test_certaindex_out_of_range_is_an_error():
+    class S(ct.State):
+        q: str = ""
+
+    g = ct.Graph(S, knob=ct.Knob("iterations", cap=3), name="bad")
+
+    @g.step
+    def s1(s):
+        return {}
+
+    @g.certaindex
+    def broken(s) -> float:
+        return 1.5
+
+    g.loop("s1")
+    r = await ct.Runtime().run(g.compile())
+    assert r.error is not None and r.error.code == "CT202"
+
+
+async def test_bad_inputs_are_config_errors():
+    r = await ct.Runtime().run(make_sc(), wrong="x")
+    assert r.error is not None and r.error.code == "CT300" and "question" in str(r.error)
+
+
+async def test_cancelling_run_aborts_everything():
+    b = ct.ScriptedBackend(responses=["x"], latency=10.0)
+    rt = ct.Runtime(b)
+    task = asyncio.ensure_future(rt.run(make_sc(cap=8, fanout=4), question="q"))
+    await asyncio.sleep(0.05)
+    assert len(b.live_rids()) == 4
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert b.live_rids() == set() and len(b.abort_calls) == 4
+
+
+async def test_sequence_probes_are_counted_as_probe_tokens():
+    class C(ct.State):
+        q: str
+        probes: ct.Appended[list[str]] = []
+
+    g = ct.Graph(C, name="cot")
+
+    @g.step
+    async def think(s, ctx):
+        async with await ctx.sequence(s.q, max_tokens=12) as seq:
+            found = []
+            while not seq.finished:
+                await seq.extend(4)
+                found.append((await seq.probe(" answer:", max_tokens=5)).text)
+        return {"probes": found}
+
+    text = " ".join(f"w{i}" for i in range(12))
+    b = ct.ScriptedBackend(responses=[text], probe=lambda t, suf: f"{len(words(t))}}}")
+    r = await ct.Runtime(b).run(g.compile(), q="x")
+    assert r.ok, r.error
+    assert r.state.probes == ["4}", "8}", "12}"]
+    assert r.tokens.main == 12 and r.tokens.probe == 3
+    assert b.live_rids() == set()
+
+
+def test_run_sync_inside_running_loop():
+    async def inner():
+        # a running loop in this thread, as in Jupyter
+        return ct.Runtime(ct.ScriptedBackend(responses=["z"])).run_sync(make_sc(cap=2, fanout=2), question="q")
+
+    r = asyncio.run(inner())
+    assert r.ok and r.state.answers == ["z", "z"]

@@ -98,6 +98,8 @@ class ProgramRun:
     async def _scheduled(self, rid: str, est: int, hint: str | None, make: Callable[[], Awaitable[Any]],
                          kind: TokenKind, ctx) -> Any:
         sched = self.runtime.scheduler
+        if sched.unlimited:  # nothing can queue: skip ticket bookkeeping on the hot path
+            return await self.guard(rid, make(), kind, ctx)
         ticket = sched.ticket(rid, self.info, est, hint)
         await sched.acquire(ticket)
         try:
@@ -272,24 +274,26 @@ class Runtime:
         value = prog.update_certaindex()
         if value is None:
             return
-        signals = value if isinstance(value, dict) else {"certaindex": value}
+        if isinstance(value, dict):
+            signals, combined = value, (min(value.values()) if value else 0.0)
+        else:
+            signals, combined = {"certaindex": value}, value
         for name, v in signals.items():
-            if not (0.0 <= v <= 1.0):
+            if not 0.0 <= v <= 1.0:
                 raise CertaindexRangeError(f"certaindex {name!r} returned {v}, outside [0, 1]",
                                            program=prog.program_id, step=name)
-        combined = min(signals.values()) if signals else 0.0
-        prog.signals = dict(signals)
-        prog.trajectory.append(CertaindexPoint(prog.knob_value, combined, prog.signals, prog.tokens.total))
+        knob, total = prog.knob_value, prog.tokens.total
+        prog.signals = signals
+        prog.trajectory.append(CertaindexPoint(knob, combined, signals, total))
         info = run.info
-        info.certaindex, info.knob_used, info.tokens = combined, prog.knob_value, prog.tokens.total
-        per_unit = prog.tokens.total / max(prog.knob_value, 1)
+        info.certaindex, info.knob_used, info.tokens = combined, knob, total
+        per_unit = total / (knob or 1)
         info.tokens_per_step = per_unit
-        remaining = prog.policy.expected_remaining(prog) if prog.policy else (
-            max(0, prog.knob_cap - prog.knob_value) if prog.knob_cap else 0)
+        policy, cap = prog.policy, prog.knob_cap
+        remaining = policy.expected_remaining(prog) if policy is not None else (max(0, cap - knob) if cap else 0)
         info.est_remaining_tokens = per_unit * remaining
         if self.events.active:
-            self.events.emit("certaindex", prog.program_id, value=combined, signals=prog.signals,
-                             knob=prog.knob_value)
+            self.events.emit("certaindex", prog.program_id, value=combined, signals=signals, knob=knob)
 
     async def _cleanup(self, run: ProgramRun) -> None:
         prog = run.program

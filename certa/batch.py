@@ -1,0 +1,119 @@
+"""Run one program over a dataset: grading, a JSONL journal that survives kills, progress.
+
+Each finished problem is appended to the journal and fsynced before the next is reported,
+so ``--resume`` continues without duplicates or loss.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import pathlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from certa.runtime.errors import ConfigError
+from certa.runtime.result import Result
+from certa.runtime.runtime import Runtime
+
+
+@dataclass
+class BatchReport:
+    rows: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def n(self) -> int:
+        return len(self.rows)
+
+    @property
+    def accuracy(self) -> float:
+        graded = [r for r in self.rows if r.get("correct") is not None]
+        return sum(bool(r["correct"]) for r in graded) / len(graded) if graded else float("nan")
+
+    def tokens(self, kind: str = "total") -> int:
+        return sum(r["tokens"][kind] for r in self.rows)
+
+    @property
+    def tokens_saved(self) -> int:
+        return sum(r.get("tokens_saved", 0) for r in self.rows)
+
+    def exit_reasons(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for r in self.rows:
+            out[r["exit_reason"]] = out.get(r["exit_reason"], 0) + 1
+        return out
+
+
+class Journal:
+    """Append-only JSONL of finished problems, flushed and fsynced per line."""
+
+    def __init__(self, path: str | os.PathLike[str], *, resume: bool) -> None:
+        self.path = pathlib.Path(path)
+        self.done: dict[Any, dict[str, Any]] = {}
+        if self.path.exists():
+            if not resume:
+                raise ConfigError(f"journal {self.path} already exists", hint="pass --resume to continue it, or remove it")
+            for n, line in enumerate(self.path.read_text().splitlines(), 1):
+                if not line.strip():
+                    continue
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError:
+                    if n == len(self.path.read_text().splitlines()):
+                        continue  # a torn last line from a kill: that problem reruns
+                    raise ConfigError(f"journal {self.path} line {n} is not JSON") from None
+                self.done[row["key"]] = row
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._fh = open(self.path, "a", encoding="utf-8")
+
+    def append(self, row: dict[str, Any]) -> None:
+        self._fh.write(json.dumps(row) + "\n")
+        self._fh.flush()
+        os.fsync(self._fh.fileno())
+        self.done[row["key"]] = row
+
+    def close(self) -> None:
+        self._fh.close()
+
+
+def grade_row(problem: Any, result: Result) -> bool | None:
+    if problem.gold is None or result.answer is None:
+        return None if problem.gold is None else False
+    from certa.algorithms.equivalence import grade
+    return bool(grade(str(result.answer), str(problem.gold), problem.dataset))
+
+
+async def run_dataset(target: Any, problems: list[Any], runtime: Runtime, *, concurrency: int = 4,
+                      journal: Journal | None = None,
+                      on_row: Callable[[dict[str, Any]], None] | None = None) -> BatchReport:
+    """Run ``target`` on each problem (``question=`` input), grade, journal and report."""
+    report = BatchReport()
+    todo = []
+    for p in problems:
+        key = f"{p.dataset}:{p.idx}"
+        if journal is not None and key in journal.done:
+            report.rows.append(journal.done[key])
+            if on_row:
+                on_row(journal.done[key])
+        else:
+            todo.append((key, p))
+    sem = asyncio.Semaphore(concurrency)
+
+    async def one(key: str, p: Any) -> None:
+        async with sem:
+            result = await runtime.run(target, question=p.question)
+        correct = await asyncio.to_thread(grade_row, p, result) if result.ok else False
+        row = {"key": key, "dataset": p.dataset, "idx": p.idx, "gold": p.gold, "correct": correct,
+               **result.summary()}
+        if journal is not None:
+            journal.append(row)
+        report.rows.append(row)
+        if on_row:
+            on_row(row)
+
+    await asyncio.gather(*(one(k, p) for k, p in todo))
+    order = {f"{p.dataset}:{p.idx}": i for i, p in enumerate(problems)}
+    report.rows.sort(key=lambda r: order.get(r["key"], 0))
+    return report

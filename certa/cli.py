@@ -1,0 +1,193 @@
+"""The ``certa`` command line. Errors print one clear line plus a hint (``--debug`` for tracebacks)."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import json
+import os
+import sys
+from typing import Any, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from certa.runtime.errors import CertaError, ConfigError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="certa: declarative LLM reasoning programs with certaindex early exit.\n\n"
+                       "Example: certa run sc --dataset gsm8k --limit 2 --backend scripted")
+console = Console(stderr=True)
+
+
+@app.callback()
+def _root() -> None:
+    """certa: declarative LLM reasoning programs with certaindex early exit."""
+
+
+def _fail(exc: BaseException, debug: bool) -> None:
+    if debug:
+        raise exc
+    if isinstance(exc, CertaError):
+        console.print(f"[red]error[/red] {exc.code} {exc.name}{exc.where()}: {exc.message}")
+        if exc.hint:
+            console.print(f"  hint: {exc.hint}")
+    else:
+        console.print(f"[red]error[/red] {type(exc).__name__}: {exc}")
+        console.print("  hint: rerun with --debug for the full traceback")
+    raise typer.Exit(2)
+
+
+def make_runtime(backend: str, model: Optional[str], scheduler: str = "fcfs", **opts: Any):
+    """Build a Runtime for a CLI backend name (``auto`` picks llama.cpp on CPU, SGLang on GPU)."""
+    from certa.runtime import Runtime, Scheduler
+    if backend == "auto":
+        backend = _auto_backend()
+    kwargs: dict[str, Any] = dict(opts)
+    if model and backend in ("llamacpp", "sglang"):
+        kwargs["model" if backend == "llamacpp" else "model_path"] = model
+    sched = None
+    if scheduler != "fcfs":
+        from certa.runtime.schedulers import make_policy
+        sched = Scheduler(policy=make_policy(scheduler))
+    return Runtime(backend, scheduler=sched, **kwargs)
+
+
+def _auto_backend() -> str:
+    import importlib.util
+    if importlib.util.find_spec("sglang") is not None and _has_cuda():
+        return "sglang"
+    if importlib.util.find_spec("llama_cpp") is not None:
+        return "llamacpp"
+    raise ConfigError("no real engine is installed", hint="pip install 'certa[cpu]' for the embedded llama.cpp "
+                      "engine, or pass --backend scripted for the fake backend")
+
+
+def _has_cuda() -> bool:
+    try:
+        import torch  # noqa: PLC0415
+        return bool(torch.cuda.is_available())
+    except Exception:  # noqa: BLE001
+        return False
+
+
+@app.command()
+def run(
+    target: str = typer.Argument(..., help="built-in program (sc, cot, mcts, rebase, sc-mcts) or FILE.py:attr"),
+    dataset: str = typer.Option("gsm8k", help="gsm8k, math500, aime24, amc23, asdiv, or a .jsonl path"),
+    idx: Optional[str] = typer.Option(None, help="problem indices, e.g. 0:20"),
+    limit: Optional[int] = typer.Option(None, help="run at most this many problems"),
+    backend: str = typer.Option("auto", help="auto, llamacpp, scripted, openai, sglang, sglang-http"),
+    model: Optional[str] = typer.Option(None, help="GGUF path or model name (llamacpp), model path (sglang)"),
+    url: Optional[str] = typer.Option(None, help="server URL(s), comma-separated (openai, sglang-http)"),
+    policy: Optional[str] = typer.Option(None, help="policy JSON file (e.g. from certa calibrate)"),
+    scheduler: str = typer.Option("fcfs", help="fcfs, lpm, app-fifo, certa-nocd, certa"),
+    concurrency: int = typer.Option(4, help="programs in flight at once"),
+    journal: Optional[str] = typer.Option(None, help="append results to this JSONL journal"),
+    resume: bool = typer.Option(False, help="continue an existing --journal"),
+    json_out: Optional[str] = typer.Option(None, "--json", help="write a JSON report here"),
+    debug: bool = typer.Option(False, help="show full tracebacks"),
+) -> None:
+    """Run a program over a dataset and print accuracy, tokens by kind and exit reasons.
+
+    Example: certa run sc --dataset gsm8k --limit 2 --backend scripted
+    """
+    try:
+        _run(target, dataset, idx, limit, backend, model, url, policy, scheduler, concurrency, journal, resume,
+             json_out)
+    except (CertaError, OSError) as exc:
+        _fail(exc, debug)
+
+
+def _run(target, dataset, idx, limit, backend, model, url, policy, scheduler, concurrency, journal, resume,
+         json_out) -> None:
+    from certa.algorithms.datasets import load_dataset
+    from certa.batch import Journal, run_dataset
+    from certa.loading import load_target
+    from certa.progress import BatchProgress
+    from certa.runtime.policy import Policy
+
+    program = load_target(target)
+    if policy:
+        try:
+            data = json.loads(open(policy, encoding="utf-8").read())
+        except (OSError, json.JSONDecodeError) as exc:
+            raise ConfigError(f"cannot read policy file {policy}: {exc}") from None
+        pol = Policy.from_dict(data.get("policy", data))
+        if not hasattr(program, "with_policy"):
+            raise ConfigError(f"{target} is not a compiled graph; --policy needs one")
+        program = program.with_policy(pol)
+    problems = load_dataset(dataset, idx=idx, limit=limit)
+    opts: dict[str, Any] = {}
+    if url:
+        opts["urls" if backend == "sglang-http" else "base_url"] = url.split(",") if "," in url else url
+    runtime = make_runtime(backend, model, scheduler, **opts)
+    jr = Journal(journal, resume=resume) if journal else None
+    console.print(f"running [bold]{target}[/bold] on {len(problems)} {dataset} problems with backend "
+                  f"[bold]{type(runtime.backend).__name__}[/bold]")
+    try:
+        with BatchProgress(len(problems), console) as progress:
+            report = asyncio.run(run_dataset(program, problems, runtime, concurrency=concurrency, journal=jr,
+                                             on_row=progress.update))
+    finally:
+        if jr:
+            jr.close()
+        asyncio.run(runtime.close())
+    _print_report(report, detail=len(problems) <= 10)
+    if json_out:
+        with open(json_out, "w", encoding="utf-8") as f:
+            json.dump({"target": target, "dataset": dataset, "accuracy": report.accuracy, "n": report.n,
+                       "tokens": {k: report.tokens(k) for k in ("main", "probe", "score", "prompt", "total")},
+                       "tokens_saved": report.tokens_saved, "exit_reasons": report.exit_reasons(),
+                       "rows": report.rows}, f, indent=1)
+
+
+def _print_report(report, detail: bool) -> None:
+    out = Console()
+    if detail:
+        t = Table(title="problems")
+        for col in ("idx", "answer", "gold", "ok", "tokens main/probe/score", "exit", "certaindex"):
+            t.add_column(col)
+        for r in report.rows:
+            tk = r["tokens"]
+            traj = " ".join(f"{p['value']:.2f}" for p in r["certaindex"][-8:])
+            t.add_row(str(r["idx"]), str(r["answer"])[:24], str(r["gold"])[:16], "✓" if r["correct"] else "✗",
+                      f"{tk['main']}/{tk['probe']}/{tk['score']}", r["exit_reason"], traj)
+        out.print(t)
+    s = Table(title="summary")
+    s.add_column("metric")
+    s.add_column("value")
+    s.add_row("problems", str(report.n))
+    s.add_row("accuracy", f"{report.accuracy:.3f}")
+    for k in ("main", "probe", "score", "prompt"):
+        s.add_row(f"tokens {k}", str(report.tokens(k)))
+    s.add_row("tokens saved vs cap (est.)", str(report.tokens_saved))
+    s.add_row("exit reasons", json.dumps(report.exit_reasons()))
+    out.print(s)
+
+
+def _mount(module: str, name: str, help_text: str) -> None:
+    try:
+        sub = importlib.import_module(module)
+    except ImportError:
+        return
+    app.add_typer(sub.app, name=name, help=help_text)
+
+
+_mount("certa.cli_models", "models", "Find, assemble and verify model files.")
+_mount("certa.cli_sim", "sim", "Serving simulator: simulate workloads, fit the cost model.")
+
+
+def main() -> None:
+    """Console entry point."""
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    try:
+        app()
+    except KeyboardInterrupt:
+        console.print("[yellow]interrupted[/yellow]: in-flight requests were aborted; journals keep finished work")
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,46 @@
+"""Resolve what the user asked to run: a built-in program name or ``FILE.py:attr``."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import pathlib
+import sys
+from typing import Any
+
+from certa.runtime.errors import ConfigError
+from certa.runtime.program import Program
+
+
+def load_target(target: str) -> Any:
+    """Return a runnable (compiled graph, Program class or factory result) for ``target``.
+
+    ``target`` is a built-in program name from :mod:`certa.algorithms.library` (``sc``,
+    ``cot``, ...) or ``path/to/file.py:attribute`` (``:attribute`` defaults to ``program``).
+
+    """
+    path, _, attr = target.partition(":")
+    if path.endswith(".py"):
+        file = pathlib.Path(path)
+        if not file.exists():
+            raise ConfigError(f"program file {path} does not exist")
+        spec = importlib.util.spec_from_file_location(f"certa_user_{file.stem}", file)
+        assert spec and spec.loader
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module
+        spec.loader.exec_module(module)
+        name = attr or "program"
+        if not hasattr(module, name):
+            raise ConfigError(f"{path} has no attribute {name!r}", hint="use FILE.py:attribute")
+        obj = getattr(module, name)
+        return obj() if callable(obj) and not hasattr(obj, "new") and not (
+            isinstance(obj, type) and issubclass(obj, Program)) else obj
+    try:
+        library = importlib.import_module("certa.algorithms.library")
+    except ImportError:
+        library = None
+    names = sorted(getattr(library, "PROGRAMS", {})) if library else []
+    if library is not None and target in names:
+        return library.build(target)
+    raise ConfigError(f"unknown program {target!r}",
+                      hint=f"use a built-in name ({', '.join(names) or '...'}) or FILE.py:attribute")

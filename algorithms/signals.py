@@ -96,8 +96,9 @@ def reward_certainty(rewards: Iterable[float], agg: str = "mean", low: float = 0
             values.append(v)
     if not values:
         return 0.0
-    v = max(values) if agg == "max" else math.fsum(values) / len(values)
-    return min(max((v - low) / (high - low), 0.0), 1.0)
+    v = max(values) if agg == "max" else math.fsum(x / len(values) for x in values)
+    scaled = (v / 2 - low / 2) / (high / 2 - low / 2)  # halves: no overflow on huge ranges
+    return min(max(scaled, 0.0), 1.0) if not math.isnan(scaled) else 0.0
 
 
 @lru_cache(maxsize=64)

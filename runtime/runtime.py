@@ -72,19 +72,29 @@ class ProgramRun:
         self.rid_counter = itertools.count()
         self.info = ProgramInfo(program.program_id, arrival=runtime.scheduler.clock(), knob_cap=program.knob_cap)
 
-    async def guard(self, rid: str, work: Awaitable[Any], kind: TokenKind, ctx) -> Any:
-        """Await backend ``work`` for ``rid``; abort it on cancellation; count its tokens."""
+    async def guard(self, rid: str, work: Awaitable[Any], kind: TokenKind, ctx, *, retryable_abort: bool = False) -> Any:
+        """Await backend ``work`` for ``rid``; abort it on cancellation or failure; count its tokens.
+
+        ``retryable_abort``: a result the engine aborted on its own raises a retryable
+        BackendError (before its tokens are counted) instead of being returned.
+        """
         self.inflight.add(rid)
         events = self.runtime.events
         if events.active:
             events.emit("request_sent", self.program.program_id, ctx.step, ctx.branch, rid=rid, token_kind=kind)
         try:
             res = await work
-        except asyncio.CancelledError:
-            await self.backend.abort(rid)
+        except BaseException:  # cancelled, timed out or failed mid-stream: free the rid on the engine
+            try:
+                await self.backend.abort(rid)
+            except Exception:  # noqa: BLE001 - a failing abort must not hide why we abort
+                pass
             raise
         finally:
             self.inflight.discard(rid)
+        if retryable_abort and getattr(res, "finish_reason", None) == "abort":  # the engine dropped it, not us
+            raise BackendError("the engine aborted the request", retryable=True, program=self.program.program_id,
+                               step=ctx.step, branch=ctx.branch)
         usage = self.program.tokens
         usage.requests += 1
         usage.add(kind, res.tokens)
@@ -99,30 +109,39 @@ class ProgramRun:
                          kind: TokenKind, ctx) -> Any:
         sched = self.runtime.scheduler
         if sched.unlimited:  # nothing can queue: skip ticket bookkeeping on the hot path
-            return await self.guard(rid, make(), kind, ctx)
+            return await self.guard(rid, make(), kind, ctx, retryable_abort=True)
         ticket = sched.ticket(rid, self.info, est, hint)
         await sched.acquire(ticket)
         try:
-            return await self.guard(rid, make(), kind, ctx)
+            return await self.guard(rid, make(), kind, ctx, retryable_abort=True)
         finally:
             sched.release(ticket)
 
-    async def submit(self, req: GenRequest, ctx) -> GenResult:
+    async def _retrying(self, req: GenRequest | ScoreRequest, est: int, hint: str | None,
+                        make: Callable[[], Awaitable[Any]], kind: TokenKind, ctx) -> Any:
+        """Send ``req``; retry retryable backend errors (bounded, jittered) under a fresh rid.
+
+        Tokens count only for the attempt that succeeds; a failed attempt's rid is aborted.
+        """
         retry, rng = self.runtime.retry, self.runtime.rng
         for attempt in itertools.count():
             try:
-                return await self._scheduled(req.rid, req.max_tokens, req.prefix_hint,
-                                             lambda: self.backend.generate(req), req.kind, ctx)
+                return await self._scheduled(req.rid, est, hint, make, kind, ctx)
             except BackendError as exc:
                 if not exc.retryable or attempt + 1 >= retry.max_attempts:
-                    raise BackendError(exc.message, retryable=False, program=req.program_id, step=req.step,
-                                       branch=req.branch, hint=exc.hint) from exc
+                    tries = f" (gave up after {attempt + 1} attempts)" if exc.retryable else ""
+                    raise BackendError(exc.message + tries, retryable=False, program=req.program_id or None,
+                                       step=req.step or None, branch=req.branch, hint=exc.hint) from exc
                 await asyncio.sleep(retry.delay(attempt, rng))
                 req.rid = f"{req.rid.split('~')[0]}~r{attempt + 1}"
         raise AssertionError("unreachable")
 
+    async def submit(self, req: GenRequest, ctx) -> GenResult:
+        return await self._retrying(req, req.max_tokens, req.prefix_hint, lambda: self.backend.generate(req),
+                                    req.kind, ctx)
+
     async def submit_score(self, req: ScoreRequest, ctx) -> ScoreResult:
-        return await self._scheduled(req.rid, 1, self.program.program_id, lambda: self.backend.score(req), "score", ctx)
+        return await self._retrying(req, 1, self.program.program_id, lambda: self.backend.score(req), "score", ctx)
 
 
 class Runtime:

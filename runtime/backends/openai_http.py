@@ -1,0 +1,314 @@
+"""OpenAIBackend: any OpenAI-compatible server (llama.cpp, vLLM, SGLang, ...) over HTTP.
+
+Requests stream (SSE), so ``abort(rid)`` or cancelling the awaiting task closes the stream
+at once; servers stop decoding when the client disconnects. Token counts come from the
+streamed ``usage`` (``stream_options.include_usage``) when the server sends it, otherwise
+from the streamed chunks (prompt tokens are then estimated at ~4 bytes a token). Several
+worker URLs are routed by program (rendezvous hash of ``program_id``) so a program's
+branches, chunks and probes share one server's prefix cache. Sequences are the generic
+:class:`~certa.runtime.backends.base.ChunkedSequence` (no native rollback over HTTP).
+
+Only configured hosts are ever contacted (see :mod:`.http_common`). Needs ``httpx``
+(``pip install 'certa[http]'``).
+
+Example (needs a server, so not run as a doctest)::
+
+    backend = OpenAIBackend("http://127.0.0.1:8000", api_key=None)
+    out = await backend.generate(GenRequest(prompt="2+2=", max_tokens=4, rid="p1-s0-b0",
+                                            program_id="p1"))
+    out.text, out.tokens, out.finish_reason
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import BackendError
+from ..types import Capabilities, GenRequest, GenResult, ScoreRequest, ScoreResult
+from .base import Backend
+from .http_common import (StreamState, affinity_key, iter_sse, make_client, normalise_workers, pick_worker,
+                          probs_from_top, server_abort_error, status_error, transport_error, where)
+
+@dataclass(slots=True)
+class _Live:
+    worker: str
+    task: asyncio.Task | None = None
+    sent: bool = False  # the request reached the server (not just a client-side queue)
+    aborted: bool = False
+
+
+Parser = Callable[[dict, StreamState], None]
+__all__ = ["OpenAIBackend", "StreamState", "Parser"]
+
+
+class OpenAIBackend(Backend):
+    """Backend for OpenAI-compatible ``/v1/completions`` and ``/v1/chat/completions``.
+
+    Args:
+        base_url: one URL or a list of worker URLs. A URL with no path gets ``/v1``.
+        model: model name to send; ``None`` asks each worker's ``/models`` once.
+        api_key: sent as ``Authorization: Bearer``; never logged.
+        timeout: seconds allowed between streamed bytes (and for connecting, up to 10 s).
+        extra_body: fields merged into every request body (server-specific extras).
+        allowed_hosts: hosts that may be contacted; default: the hosts of ``base_url``.
+        stream_usage: ask for ``stream_options.include_usage`` (turn off for servers that
+            reject it).
+        score_top_logprobs: top logprobs requested by ``score``.
+    """
+
+    def __init__(
+        self,
+        base_url: str | Sequence[str],
+        model: str | None = None,
+        api_key: str | None = None,
+        timeout: float = 600.0,
+        extra_body: Mapping[str, Any] | None = None,
+        allowed_hosts: Iterable[str] | None = None,
+        *,
+        stream_usage: bool = True,
+        score_top_logprobs: int = 5,
+    ) -> None:
+        self.workers, self._guard = normalise_workers(base_url, allowed_hosts)
+        self.model = model
+        self.timeout = float(timeout)
+        self.extra_body = dict(extra_body or {})
+        self.stream_usage = stream_usage
+        self.score_top_logprobs = score_top_logprobs
+        self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._client: Any = None
+        self._client_loop: asyncio.AbstractEventLoop | None = None
+        self._models: dict[str, str | None] = {}
+        self._live: dict[str, _Live] = {}
+        self._logprob_score: bool | None = None  # None: untried
+        self._bg: set[asyncio.Future] = set()
+        self.capabilities = Capabilities(score=True, logprobs=True, prefix_sharing=True, name="openai")
+
+    def __repr__(self) -> str:  # never shows the api key
+        return f"{type(self).__name__}(workers={self.workers!r}, model={self.model!r})"
+
+    # ---- plumbing -------------------------------------------------------------------------
+    def _http(self) -> Any:
+        loop = asyncio.get_running_loop()
+        if self._client is None or self._client_loop is not loop:
+            self._client = make_client(self.timeout, self._headers)
+            self._client_loop = loop
+        return self._client
+
+    @staticmethod
+    def api_base(worker: str) -> str:
+        """The OpenAI API root of a worker URL (``/v1`` added when the URL has no path)."""
+        return worker if worker.split("://", 1)[1].count("/") else worker + "/v1"
+
+    def route(self, req: Any) -> str:
+        """The worker that serves ``req`` (same program → same worker)."""
+        return pick_worker(affinity_key(req), self.workers)
+
+    async def _model_for(self, worker: str) -> str | None:
+        if self.model is not None:
+            return self.model
+        if worker not in self._models:
+            url = self._guard.check(self.api_base(worker) + "/models")
+            try:
+                resp = await self._http().get(url)
+                data = resp.json().get("data") if resp.status_code == 200 else None
+                self._models[worker] = str(data[0]["id"]) if data else None
+            except Exception:  # discovery is best effort: servers may not list models
+                self._models[worker] = None
+        return self._models[worker]
+
+    def _admit(self, req: GenRequest, worker: str) -> Any:
+        """Async context held while the request is at the server (subclasses gate here)."""
+        return contextlib.nullcontext()
+
+    async def _server_abort(self, worker: str, rid: str) -> None:
+        """Tell the server to drop ``rid`` (OpenAI servers abort on disconnect: nothing to do)."""
+
+    # ---- request bodies and chunk parsing ----------------------------------------------------
+    async def _request(self, req: GenRequest, worker: str, top: int) -> tuple[str, dict, Parser]:
+        """URL, JSON body and chunk parser for ``req`` (``top``: top logprobs wanted)."""
+        body: dict[str, Any] = {"max_tokens": req.max_tokens, "temperature": req.temperature, "top_p": req.top_p}
+        model = await self._model_for(worker)
+        if model is not None:
+            body["model"] = model
+        if req.top_k > 0:
+            body["top_k"] = req.top_k
+        if req.seed is not None:
+            body["seed"] = req.seed
+        if req.stop:
+            body["stop"] = list(req.stop)
+        if self.stream_usage:
+            body["stream_options"] = {"include_usage": True}
+        n_top = max(req.logprobs, top)
+        base = self.api_base(worker)
+        if req.chat:
+            messages = ([{"role": "system", "content": req.system}] if req.system else [])
+            body["messages"] = messages + [{"role": "user", "content": req.prompt}]
+            if n_top:
+                body.update(logprobs=True, top_logprobs=min(n_top, 20))
+            url, parse = base + "/chat/completions", self._parse_chat
+        else:
+            body["prompt"] = req.prompt
+            if n_top:
+                body["logprobs"] = n_top
+            url, parse = base + "/completions", self._parse_completion
+        body.update(self.extra_body)
+        body["stream"] = True
+        return url, body, parse
+
+    @staticmethod
+    def _usage(data: dict, st: StreamState) -> None:
+        usage = data.get("usage")
+        if isinstance(usage, dict):
+            st.completion_tokens = usage.get("completion_tokens", st.completion_tokens)
+            st.prompt_tokens = usage.get("prompt_tokens", st.prompt_tokens)
+            details = usage.get("prompt_tokens_details") or {}
+            st.cached_tokens = int(details.get("cached_tokens") or 0)
+
+    def _parse_completion(self, data: dict, st: StreamState) -> None:
+        self._usage(data, st)
+        for ch in data.get("choices") or []:
+            if ch.get("index", 0) != 0:
+                continue
+            text, lp = ch.get("text") or "", ch.get("logprobs") or {}
+            toks = lp.get("tokens") or []
+            st.logprobs.extend(float(x) for x in lp.get("token_logprobs") or [] if x is not None)
+            tops = lp.get("top_logprobs") or []
+            if st.first_top is None and tops and isinstance(tops[0], dict):
+                st.first_top = {str(k): float(v) for k, v in tops[0].items()}
+            st.text.append(text)
+            st.chunks += len(toks) if toks else (1 if text else 0)
+            st.finish = ch.get("finish_reason") or st.finish
+
+    def _parse_chat(self, data: dict, st: StreamState) -> None:
+        self._usage(data, st)
+        for ch in data.get("choices") or []:
+            if ch.get("index", 0) != 0:
+                continue
+            text = (ch.get("delta") or {}).get("content") or ""
+            content = (ch.get("logprobs") or {}).get("content") or []
+            for item in content:
+                st.logprobs.append(float(item.get("logprob", 0.0)))
+                if st.first_top is None and item.get("top_logprobs"):
+                    st.first_top = {str(t["token"]): float(t["logprob"]) for t in item["top_logprobs"]}
+            st.text.append(text)
+            st.chunks += len(content) if content else (1 if text else 0)
+            st.finish = ch.get("finish_reason") or st.finish
+
+    # ---- the streaming core ------------------------------------------------------------------
+    async def _stream(self, req: GenRequest, live: _Live, st: StreamState, top: int) -> None:
+        import httpx
+
+        url, body, parse = await self._request(req, live.worker, top)
+        self._guard.check(url, req)
+        async with self._admit(req, live.worker):
+            live.sent = True
+            try:
+                async with self._http().stream("POST", url, json=body) as resp:
+                    if not 200 <= resp.status_code < 300:
+                        raise status_error(resp.status_code, await resp.aread(), req, url)
+                    async for payload in iter_sse(resp.aiter_lines()):
+                        try:
+                            data = json.loads(payload)
+                        except ValueError:
+                            raise BackendError(f"malformed stream chunk from {url}: {payload[:80]!r}",
+                                               retryable=True, **where(req)) from None
+                        if isinstance(data, dict) and data.get("error"):
+                            raise status_error(int(data.get("status_code") or 500), payload, req, url)
+                        if isinstance(data, dict):
+                            parse(data, st)
+            except httpx.TransportError as exc:
+                raise transport_error(exc, req, url) from None
+
+    async def _run(self, req: GenRequest, top: int = 0) -> tuple[StreamState, bool]:
+        """Stream ``req``; returns its state and whether it was aborted through ``abort``."""
+        if not req.rid:
+            raise BackendError("request has no rid", retryable=False, **where(req))
+        if req.rid in self._live:
+            raise BackendError(f"rid {req.rid!r} is already in flight", retryable=False, **where(req))
+        worker = self.route(req)
+        live = _Live(worker)
+        st = StreamState()
+        self._live[req.rid] = live
+        inner = live.task = asyncio.ensure_future(self._stream(req, live, st, top))
+        try:
+            await asyncio.wait({inner})
+        except asyncio.CancelledError:  # the caller gave up: stop the stream, tell the server
+            inner.cancel()
+            await asyncio.gather(inner, return_exceptions=True)
+            if live.sent:
+                self._spawn(self._server_abort(worker, req.rid))
+            raise
+        finally:
+            if self._live.get(req.rid) is live:
+                del self._live[req.rid]
+        if inner.cancelled() or live.aborted:
+            if not inner.cancelled():
+                inner.exception()  # retrieved: an aborted request's late error is not reported
+            return st, True
+        inner.result()
+        if st.finish == "abort":  # the server dropped it (preempted, evicted, invalid): not ours
+            raise server_abort_error(st, req)
+        return st, False
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.ensure_future(coro)
+        self._bg.add(task)
+        task.add_done_callback(self._bg.discard)
+
+    # ---- protocol ----------------------------------------------------------------------------
+    async def generate(self, req: GenRequest) -> GenResult:
+        st, aborted = await self._run(req)
+        return st.result(req, aborted)
+
+    async def abort(self, rid: str) -> bool:
+        live = self._live.pop(rid, None)
+        if live is None:
+            return False
+        live.aborted = True
+        if live.task is not None and not live.task.done():
+            live.task.cancel()
+        if live.sent:
+            await self._server_abort(live.worker, rid)
+        return True
+
+    def live_rids(self) -> set[str]:
+        return set(self._live)
+
+    async def score(self, req: ScoreRequest) -> ScoreResult:
+        """P(option) from the first token's top logprobs; the base fallback when unavailable."""
+        if self._logprob_score is False or self.score_top_logprobs <= 0:
+            return await super().score(req)
+        g = GenRequest(prompt=req.prompt, max_tokens=1, temperature=0.0, rid=req.rid, program_id=req.program_id,
+                       step=req.step, branch=req.branch, priority=req.priority, kind="score", chat=req.chat)
+        try:
+            st, aborted = await self._run(g, top=self.score_top_logprobs)
+        except BackendError as exc:
+            if exc.retryable or self._logprob_score:
+                raise
+            self._logprob_score = False  # the server rejects logprobs: remember, fall back
+            return await super().score(req)
+        if aborted:
+            return ScoreResult(probs={o: 1.0 / len(req.options) for o in req.options}, tokens=0, rid=req.rid)
+        probs = probs_from_top(st.first_top or {}, req.options)
+        if probs is None:
+            if st.first_top is None:
+                self._logprob_score = False
+            return await super().score(req)
+        self._logprob_score = True
+        out = st.result(g)
+        return ScoreResult(probs=probs, prompt_tokens=out.prompt_tokens, tokens=max(out.tokens, 1), rid=req.rid)
+
+    async def close(self) -> None:
+        for rid in list(self._live):
+            await self.abort(rid)
+        if self._bg:
+            await asyncio.wait(set(self._bg), timeout=5.0)
+        client, self._client = self._client, None
+        if client is not None:
+            with contextlib.suppress(Exception):
+                await client.aclose()

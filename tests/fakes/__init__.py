@@ -1,0 +1,1 @@
+"""In-process fake servers for backend tests (loopback only). They run no model."""

@@ -223,6 +223,11 @@ def verify(gold: str, pred: str, *, timeout: float) -> bool | None:
     return pool.verify(gold, pred, timeout)
 
 
+def warm_up() -> bool:
+    """Start one worker now (so the first real call does not pay ~1 s); False if unavailable."""
+    return verify("\\boxed{1}", "\\boxed{1}", timeout=STARTUP_TIMEOUT) is True
+
+
 def shutdown() -> None:
     """Stop every worker; the next :func:`verify` starts a fresh pool."""
     global _pool

@@ -25,7 +25,7 @@ from fractions import Fraction
 from . import _verify_pool
 from .answers import NUMERIC_DATASETS, canonical_dataset, extract_answer, normalize
 
-__all__ = ["math_equal", "grade", "parse_number", "shutdown", "cache_clear", "MAX_ANSWER_CHARS"]
+__all__ = ["math_equal", "grade", "parse_number", "warm_up", "shutdown", "cache_clear", "MAX_ANSWER_CHARS"]
 
 MAX_ANSWER_CHARS = 1_000
 """Answers longer than this are compared as normalized strings only."""
@@ -189,6 +189,11 @@ def grade(prediction: object, gold: object, dataset: str = "math", *, timeout: f
         return math_equal(gold_text, answer, timeout=timeout)
     except Exception:  # pragma: no cover - grading never raises
         return False
+
+
+def warm_up() -> bool:
+    """Start a math-verify worker now, off the critical path; ``False`` if math-verify is missing."""
+    return _verify_pool.warm_up()
 
 
 def shutdown() -> None:

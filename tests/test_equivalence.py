@@ -12,7 +12,7 @@ from fractions import Fraction
 import pytest
 
 from certa.algorithms import _verify_pool
-from certa.algorithms.equivalence import cache_clear, grade, math_equal, parse_number, shutdown
+from certa.algorithms.equivalence import cache_clear, grade, math_equal, parse_number, shutdown, warm_up
 
 needs_mv = pytest.mark.skipif(importlib.util.find_spec("math_verify") is None,
                               reason="math-verify (extra 'math') not installed")
@@ -45,6 +45,7 @@ def test_fast_paths_not_equal(a, b, no_math_verify):
 
 
 def test_without_math_verify_only_fast_paths(no_math_verify):
+    assert not warm_up()
     assert not math_equal("(x+1)^2", "x^2+2x+1")
     assert math_equal("2", "2.0")
 
@@ -113,6 +114,7 @@ def test_timeout_kills_hung_worker_and_recovers():
 
 @needs_mv
 def test_shutdown_and_restart():
+    assert warm_up()
     cache_clear()
     assert math_equal(r"\sqrt{4}", r"2\cdot 1")
     shutdown()

@@ -270,3 +270,11 @@ def test_registry_builds_it():
 
     b = make_backend("openai", base_url="http://127.0.0.1:1")
     assert isinstance(b, OpenAIBackend) and b.capabilities.name == "openai"
+
+
+def test_module_examples_run():
+    import doctest
+
+    import certa.runtime.backends.http_common as mod
+
+    assert doctest.testmod(mod).failed == 0

@@ -1,0 +1,302 @@
+"""SGLang backends against a CONTRACT FAKE of SGLang's request semantics (no real SGLang here).
+
+The fake (tests/fakes/sglang_fake.py) reproduces rid/priority fields, fcfs priority ordering,
+exact-rid abort and cumulative streaming as read from SGLang 0.5.x sources; the real-engine
+run is tests/test_sglang_gpu.py (GPU only).
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from certa.runtime.errors import BackendError, ConfigError
+from certa.runtime.types import GenRequest, ScoreRequest
+
+from .conformance import BackendConformance
+from .fakes.sglang_fake import FakeEngine, FakeSGLangConfig, FakeSGLangServer
+
+pytest.importorskip("httpx", reason="the HTTP backends need httpx (pip install 'certa[http]')")
+from certa.runtime.backends.sglang_engine import ENGINE_DEFAULTS, SGLangEngineBackend  # noqa: E402
+from certa.runtime.backends.sglang_http import PriorityGate, SGLangHTTPBackend, sglang_priority  # noqa: E402
+
+FAST = dict(step_seconds=0.002)
+
+
+async def _server(**cfg) -> FakeSGLangServer:
+    return await FakeSGLangServer(FakeSGLangConfig(**{**FAST, **cfg})).start()
+
+
+async def _until(cond, timeout=3.0):
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not cond():
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError("condition not met in time")
+        await asyncio.sleep(0.005)
+
+
+# ---- conformance ---------------------------------------------------------------------------------
+class TestSGLangHTTPConformance(BackendConformance):
+    @pytest.fixture
+    async def backend(self):
+        srv = await _server(enable_priority_scheduling=True)
+        b = SGLangHTTPBackend(srv.url)
+        yield b
+        await b.close()
+        await srv.close()
+
+
+class TestSGLangHTTPClientOrderingConformance(BackendConformance):
+    @pytest.fixture
+    async def backend(self):
+        srv = await _server(enable_priority_scheduling=False, incremental_streaming_output=True)
+        b = SGLangHTTPBackend(srv.url, server_priority=False, max_in_flight=2, incremental_output=True)
+        yield b
+        await b.close()
+        await srv.close()
+
+
+class TestSGLangEngineConformance(BackendConformance):
+    @pytest.fixture
+    async def backend(self):
+        b = SGLangEngineBackend(engine=FakeEngine(FakeSGLangConfig(enable_priority_scheduling=True, **FAST)))
+        yield b
+        await b.close()
+
+
+# ---- request mapping -----------------------------------------------------------------------------
+def test_priority_mapping():
+    assert sglang_priority(3.0) == -3 and sglang_priority(3.0, low_values_first=True) == 3
+    assert sglang_priority(0.4, scale=10) == -4 and sglang_priority(1e20) == -(2**31 - 1)
+    b = SGLangHTTPBackend("http://127.0.0.1:1", priority_map=lambda p: 100 - int(p))
+    assert b.priority_of(GenRequest(prompt="", priority=7)) == 93
+    assert SGLangHTTPBackend("http://127.0.0.1:1", server_priority=False).priority_of(GenRequest(prompt="")) is None
+
+
+async def test_generate_body_has_top_level_rid_and_priority():
+    srv = await _server(enable_priority_scheduling=True)
+    b = SGLangHTTPBackend(srv.url, extra_body={"routing_key": "k"})
+    await b.generate(GenRequest(prompt="a b c", max_tokens=3, temperature=0.5, top_k=4, seed=9, stop=("zz",),
+                                rid="prog1-think-0", program_id="prog1", priority=2.0, logprobs=1))
+    body = srv.core.received[-1]
+    assert body["rid"] == "prog1-think-0" and body["priority"] == -2 and body["stream"] is True
+    assert body["sampling_params"] == {"max_new_tokens": 3, "temperature": 0.5, "top_p": 1.0, "top_k": 4,
+                                       "stop": ["zz"], "sampling_seed": 9}
+    assert body["return_logprob"] is True and body["top_logprobs_num"] == 1 and body["routing_key"] == "k"
+    out = await b.generate(GenRequest(prompt="hi", max_tokens=2, rid="c1", chat=True, priority=1.0))
+    chat_req = srv.http.requests[-1]
+    assert chat_req.path == "/v1/chat/completions"
+    assert chat_req.json()["rid"] == "c1" and chat_req.json()["priority"] == -1 and out.tokens == 2
+    await b.close()
+    await srv.close()
+
+
+async def test_results_tokens_logprobs_and_cache_counts():
+    srv = await _server()
+    b = SGLangHTTPBackend(srv.url)
+    a = await b.generate(GenRequest(prompt="q1 shared prefix here", max_tokens=5, rid="r1", logprobs=1))
+    c = await b.generate(GenRequest(prompt="q1 shared prefix there", max_tokens=5, rid="r2"))
+    assert (a.tokens, a.prompt_tokens, a.finish_reason) == (5, 4, "length") and a.token_logprobs == [-0.1] * 5
+    assert c.cached_prompt_tokens == 3 and c.token_logprobs is None
+    s = await b.score(ScoreRequest(prompt="Is it? Yes or No", rid="s1"))
+    assert s.probs == pytest.approx({"Yes": 0.8, "No": 0.2})
+    await b.close()
+    await srv.close()
+
+
+# ---- priority ---------------------------------------------------------------------------------
+async def _admission_order(server_cfg: dict, backend_kw: dict, prios=(5.0, 1.0, 3.0)) -> list[str]:
+    srv = await _server(max_running_requests=1, **server_cfg)
+    b = SGLangHTTPBackend(srv.url, **backend_kw)
+    try:
+        blocker = asyncio.ensure_future(b.generate(GenRequest(prompt="block", max_tokens=60, rid="blocker")))
+        await _until(lambda: srv.core.admitted == ["blocker"])
+        tasks = []
+        for p in prios:
+            tasks.append(asyncio.ensure_future(b.generate(GenRequest(prompt=f"p{p}", max_tokens=2, rid=f"p{p:g}",
+                                                                     priority=p))))
+            await asyncio.sleep(0.01)  # distinct arrival order: 5, 1, 3
+        await asyncio.gather(blocker, *tasks)
+        return srv.core.admitted[1:]
+    finally:
+        await b.close()
+        await srv.close()
+
+
+async def test_server_orders_by_mapped_priority_under_fcfs():
+    assert await _admission_order({"enable_priority_scheduling": True}, {}) == ["p1", "p3", "p5"]
+    low = {"enable_priority_scheduling": True, "schedule_low_priority_values_first": True}
+    assert await _admission_order(low, {"low_priority_values_first": True}) == ["p1", "p3", "p5"]
+    # mismatched convention inverts the order: why the option exists
+    assert await _admission_order(low, {}) == ["p5", "p3", "p1"]
+
+
+async def test_priority_is_ignored_without_fcfs_or_without_the_flag():
+    lpm = {"enable_priority_scheduling": True, "schedule_policy": "lpm"}
+    assert await _admission_order(lpm, {}) == ["p5", "p1", "p3"]
+    assert await _admission_order({}, {}) == ["p5", "p1", "p3"]
+
+
+async def test_client_side_ordering_when_server_priority_is_off():
+    srv = await _server(abort_on_priority_when_disabled=True, max_running_requests=16)
+    b = SGLangHTTPBackend(srv.url, server_priority=False, max_in_flight=1)
+    blocker = asyncio.ensure_future(b.generate(GenRequest(prompt="block", max_tokens=40, rid="blocker")))
+    await _until(lambda: srv.core.admitted == ["blocker"])
+    tasks = {}
+    for p in (5.0, 1.0, 3.0, 2.0):
+        tasks[p] = asyncio.ensure_future(b.generate(GenRequest(prompt=f"p{p}", max_tokens=2, rid=f"p{p:g}",
+                                                               priority=p)))
+        await asyncio.sleep(0.005)
+    await _until(lambda: b.gates[b.workers[0]].queued == 4)
+    assert b.live_rids() == {"blocker", "p5", "p1", "p3", "p2"}  # queued client-side = still live
+    assert await b.abort("p3") is True  # never sent: no server call, an abort result
+    assert (await tasks[3.0]).finish_reason == "abort"
+    await asyncio.gather(blocker, *tasks.values())
+    assert [r["rid"] for r in srv.core.received] == ["blocker", "p1", "p2", "p5"]
+    assert all("priority" not in r for r in srv.core.received)  # the server would reject it
+    assert srv.abort_calls == []
+    await b.close()
+    await srv.close()
+
+
+async def test_priority_gate_orders_and_survives_cancelled_waiters():
+    gate = PriorityGate(1)
+    order: list[str] = []
+
+    async def job(name: str, prio: float, hold: float = 0.01):
+        async with gate.slot(prio):
+            order.append(name)
+            await asyncio.sleep(hold)
+
+    first = asyncio.ensure_future(job("first", 9, 0.05))
+    await asyncio.sleep(0)
+    waiters = {n: asyncio.ensure_future(job(n, p)) for n, p in (("c", 3), ("a", 1), ("x", 0), ("b", 2))}
+    await asyncio.sleep(0.01)
+    waiters["x"].cancel()
+    await asyncio.gather(first, *waiters.values(), return_exceptions=True)
+    assert order == ["first", "a", "b", "c"] and gate.active == 0 and gate.queued == 0
+
+
+# ---- abort -------------------------------------------------------------------------------------
+async def test_abort_sends_exact_rid_and_prefix_abort_is_not_honoured():
+    srv = await _server()
+    b = SGLangHTTPBackend(srv.url)
+    t1 = asyncio.ensure_future(b.generate(GenRequest(prompt="x", max_tokens=10_000, rid="prog9-s-0")))
+    t2 = asyncio.ensure_future(b.generate(GenRequest(prompt="y", max_tokens=10_000, rid="prog9-s-1")))
+    await _until(lambda: len(srv.core.running) == 2)
+    import httpx
+
+    async with httpx.AsyncClient(trust_env=False) as c:  # the public path, as another client would
+        await c.post(srv.url + "/abort_request", json={"rid": "prog9"})  # a prefix: ignored
+        await c.post(srv.url + "/abort_request", json={"rid": ""})  # empty: ignored
+        await c.post(srv.url + "/abort_request", json={"rid": "no-such-rid"})  # unknown: ignored
+    await asyncio.sleep(0.02)
+    assert len(srv.core.running) == 2 and not t1.done()
+    assert await b.abort("prog9") is False and await b.abort("prog9-s-0") is True
+    assert srv.abort_calls[-1] == {"rid": "prog9-s-0", "abort_all": False}
+    assert (await t1).finish_reason == "abort"
+    await _until(lambda: "prog9-s-0" not in srv.core.states)
+    assert "prog9-s-1" in srv.core.states
+    await b.abort("prog9-s-1")
+    await t2
+    await b.close()
+    await srv.close()
+
+
+async def test_cancelling_the_caller_aborts_on_the_server_at_once():
+    srv = await _server(disconnect_abort_delay=30.0)  # only the explicit abort can free it in time
+    b = SGLangHTTPBackend(srv.url)
+    task = asyncio.ensure_future(b.generate(GenRequest(prompt="x", max_tokens=10_000, rid="gone")))
+    await _until(lambda: "gone" in srv.core.states and srv.core.running)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await _until(lambda: "gone" not in srv.core.states, timeout=1.0)
+    assert {"rid": "gone", "abort_all": False} in srv.abort_calls and b.live_rids() == set()
+    await b.close()
+    await srv.close()
+
+
+async def test_server_side_abort_is_a_retryable_error():
+    srv = await _server()
+    b = SGLangHTTPBackend(srv.url)
+    task = asyncio.ensure_future(b.generate(GenRequest(prompt="x", max_tokens=10_000, rid="victim",
+                                                       program_id="p", step="s")))
+    await _until(lambda: "victim" in srv.core.states and srv.core.running)
+    srv.core.abort_request("victim")  # e.g. evicted by a higher-priority arrival
+    with pytest.raises(BackendError) as e:
+        await task
+    assert e.value.retryable and "program=p" in str(e.value)
+    await b.close()
+    await srv.close()
+
+
+async def test_rejected_request_is_not_retryable():
+    srv = await _server(abort_on_priority_when_disabled=True)
+    b = SGLangHTTPBackend(srv.url)  # wrongly assumes the server orders by priority
+    with pytest.raises(BackendError) as e:
+        await b.generate(GenRequest(prompt="x", rid="r", priority=1.0))
+    assert not e.value.retryable and "priority scheduling is not enabled" in str(e.value)
+    await b.close()
+    await srv.close()
+
+
+# ---- many workers --------------------------------------------------------------------------------
+async def test_program_affinity_across_workers():
+    srvs = [await _server() for _ in range(3)]
+    b = SGLangHTTPBackend([s.url for s in srvs])
+    for prog in (f"prog{i}" for i in range(12)):
+        for i in range(2):
+            await b.generate(GenRequest(prompt=f"{prog} question", max_tokens=2, rid=f"{prog}-{i}", program_id=prog))
+        seq = await b.open_sequence(GenRequest(prompt=f"{prog} question", max_tokens=6, rid=f"{prog}-seq",
+                                               program_id=prog))
+        await seq.extend(3)
+        await seq.probe(" answer:", max_tokens=2)
+    for s in srvs:
+        progs = {r["rid"].split("-")[0] for r in s.core.received}
+        for other in srvs:
+            if other is not s:
+                assert progs.isdisjoint({r["rid"].split("-")[0] for r in other.core.received})
+    assert all(s.core.received for s in srvs), "12 programs should reach all 3 workers"
+    await b.close()
+    for s in srvs:
+        await s.close()
+
+
+# ---- embedded engine -------------------------------------------------------------------------
+async def test_engine_backend_maps_rid_priority_and_abort():
+    eng = FakeEngine(FakeSGLangConfig(enable_priority_scheduling=True, **FAST))
+    b = SGLangEngineBackend(engine=eng)
+    out = await b.generate(GenRequest(prompt="a b", max_tokens=3, rid="e1", priority=4.0, seed=2, temperature=0.5))
+    sent = eng.core.received[-1]
+    assert sent["rid"] == "e1" and sent["priority"] == -4 and sent["sampling_params"]["sampling_seed"] == 2
+    assert out.tokens == 3 and out.prompt_tokens == 2
+    task = asyncio.ensure_future(b.generate(GenRequest(prompt="x", max_tokens=10_000, rid="e2")))
+    await _until(lambda: "e2" in eng.core.states)
+    assert await b.abort("e2") is True and (await task).finish_reason == "abort"
+    assert ("e2", True) in eng.core.aborts and "e2" not in eng.core.states
+    s = await b.score(ScoreRequest(prompt="Yes or No", rid="s"))
+    assert s.probs == pytest.approx({"Yes": 0.8, "No": 0.2})
+    await b.close()
+    assert eng.shut_down is False  # not ours to shut down
+
+
+def test_engine_defaults_and_missing_sglang(monkeypatch):
+    assert ENGINE_DEFAULTS["enable_priority_scheduling"] is True and ENGINE_DEFAULTS["schedule_policy"] == "fcfs"
+    import sys
+
+    monkeypatch.setitem(sys.modules, "sglang", None)  # import fails like an absent package
+    with pytest.raises(ConfigError):
+        SGLangEngineBackend(model_path="some/model")
+    with pytest.raises(ConfigError):
+        SGLangEngineBackend()
+
+
+
+def test_module_examples_run():
+    import doctest
+
+    import certa.runtime.backends.sglang_http as mod
+
+    assert doctest.testmod(mod).failed == 0

@@ -153,3 +153,23 @@ def test_grade_math_verify():
     assert grade(r"... so \boxed{(3, \frac{\pi}{2})}", r"\left( 3, \frac{\pi}{2} \right)", "math500")
     assert grade(r"\boxed{\sqrt{117}}", r"3\sqrt{13}", "math500")
     assert not grade(r"\boxed{\sqrt{116}}", r"3\sqrt{13}", "math500")
+
+
+def _in_daemon(q):
+    q.put(math_equal(r"(x+1)^2", "x^2+2x+1", timeout=10.0))
+
+
+@needs_mv
+def test_works_inside_a_daemonic_forked_process():
+    import multiprocessing as mp
+
+    assert math_equal(r"\sqrt{8}", r"2\sqrt{2}")  # the parent has a pool; the child must not reuse it
+    cache_clear()
+    ctx = mp.get_context("fork")
+    q = ctx.Queue()
+    p = ctx.Process(target=_in_daemon, args=(q,), daemon=True)
+    p.start()
+    try:
+        assert q.get(timeout=60) is True
+    finally:
+        p.join(10)

@@ -13,6 +13,9 @@ from certa.runtime import (AdmissionLimits, Backend, Capabilities, CertaError, C
                            RuntimeLimits, Scheduler, SchedulingPolicy, ScriptedBackend, Threshold, TokenUsage,
                            run_blocking)
 
+from certa.algorithms import answers, equivalence, prompts, signals
+from certa.algorithms.prompts import prompt
+
 __version__ = "0.1.0"
 
 __all__ = [
@@ -20,5 +23,6 @@ __all__ = [
     "CompiledGraph", "Context", "Decision", "Even", "Event", "Extended", "GenRequest", "GenResult", "Graph",
     "GraphProgram", "Knob", "Length", "Mermaid", "Policy", "Program", "Reducer", "Result", "Runtime",
     "RuntimeLimits", "Scheduler", "SchedulingPolicy", "ScriptedBackend", "Send", "State", "Threshold",
-    "TokenUsage", "add", "append", "extend", "max_", "merge", "min_", "run_blocking",
+    "TokenUsage", "add", "answers", "append", "equivalence", "extend", "max_", "merge", "min_", "prompt", "prompts",
+    "run_blocking", "signals",
 ]

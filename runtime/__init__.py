@@ -11,7 +11,8 @@ from .events import Event, EventBus
 from .policy import CONTINUE, Decision, Even, Length, Policy, Threshold
 from .program import Program
 from .result import Result
-from .runtime import RetryPolicy, Runtime, RuntimeLimits, run_blocking
+from .program_run import ProgramRun, RetryPolicy, RuntimeLimits
+from .runtime import Runtime, run_blocking
 from .scheduler import AdmissionLimits, ProgramInfo, Scheduler, SchedulingPolicy, Ticket
 from .types import (Capabilities, CertaindexPoint, GenRequest, GenResult, Knob, ScoreRequest, ScoreResult,
                     TokenUsage)

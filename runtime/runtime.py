@@ -22,126 +22,17 @@ import random
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import Any
 
 from .backends.base import Backend
 from .context import Context
-from .errors import BackendError, CertaError, CertaindexRangeError, ConfigError, StepFailedError
+from .errors import CertaError, CertaindexRangeError, ConfigError, StepFailedError
 from .events import EventBus
 from .program import Program
+from .program_run import ProgramRun, RetryPolicy, RuntimeLimits
 from .result import Result
-from .scheduler import ProgramInfo, Scheduler
-from .types import CertaindexPoint, GenRequest, GenResult, ScoreRequest, ScoreResult, TokenKind
-
-
-@dataclass(slots=True)
-class RuntimeLimits:
-    """Refuse oversized inputs instead of running them (``None`` = no limit)."""
-
-    max_prompt_chars: int | None = 200_000
-    max_tokens_per_request: int | None = 32_768
-    max_fanout: int | None = 1024
-    max_concurrent_programs: int | None = None
-
-
-@dataclass(slots=True)
-class RetryPolicy:
-    """Bounded, jittered retries for backend errors marked ``retryable``."""
-
-    max_attempts: int = 3
-    base_delay: float = 0.05
-    max_delay: float = 1.0
-
-    def delay(self, attempt: int, rng: random.Random) -> float:
-        return min(self.max_delay, self.base_delay * 2 ** attempt) * (0.5 + rng.random())
-
-
-class ProgramRun:
-    """Bookkeeping for one running program: rids in flight, open sequences, counters."""
-
-    __slots__ = ("runtime", "program", "backend", "info", "inflight", "sequences", "rid_counter", "parent")
-
-    def __init__(self, runtime: "Runtime", program: Program, parent: "ProgramRun | None") -> None:
-        self.runtime = runtime
-        self.program = program
-        self.backend = runtime.backend
-        self.parent = parent
-        self.inflight: set[str] = set()
-        self.sequences: list[Any] = []
-        self.rid_counter = itertools.count()
-        self.info = ProgramInfo(program.program_id, arrival=runtime.scheduler.clock(), knob_cap=program.knob_cap)
-
-    async def guard(self, rid: str, work: Awaitable[Any], kind: TokenKind, ctx, *, retryable_abort: bool = False) -> Any:
-        """Await backend ``work`` for ``rid``; abort it on cancellation or failure; count its tokens.
-
-        ``retryable_abort``: a result the engine aborted on its own raises a retryable
-        BackendError (before its tokens are counted) instead of being returned.
-        """
-        self.inflight.add(rid)
-        events = self.runtime.events
-        if events.active:
-            events.emit("request_sent", self.program.program_id, ctx.step, ctx.branch, rid=rid, token_kind=kind)
-        try:
-            res = await work
-        except BaseException:  # cancelled, timed out or failed mid-stream: free the rid on the engine
-            try:
-                await self.backend.abort(rid)
-            except Exception:  # noqa: BLE001 - a failing abort must not hide why we abort
-                pass
-            raise
-        finally:
-            self.inflight.discard(rid)
-        if retryable_abort and getattr(res, "finish_reason", None) == "abort":  # the engine dropped it, not us
-            raise BackendError("the engine aborted the request", retryable=True, program=self.program.program_id,
-                               step=ctx.step, branch=ctx.branch)
-        usage = self.program.tokens
-        usage.requests += 1
-        usage.add(kind, res.tokens)
-        usage.prompt += max(0, res.prompt_tokens - getattr(res, "cached_prompt_tokens", 0))
-        self.info.tokens = usage.total
-        if events.active:
-            events.emit("request_done", self.program.program_id, ctx.step, ctx.branch, rid=rid, token_kind=kind,
-                        tokens=res.tokens)
-        return res
-
-    async def _scheduled(self, rid: str, est: int, hint: str | None, make: Callable[[], Awaitable[Any]],
-                         kind: TokenKind, ctx) -> Any:
-        sched = self.runtime.scheduler
-        if sched.unlimited:  # nothing can queue: skip ticket bookkeeping on the hot path
-            return await self.guard(rid, make(), kind, ctx, retryable_abort=True)
-        ticket = sched.ticket(rid, self.info, est, hint)
-        await sched.acquire(ticket)
-        try:
-            return await self.guard(rid, make(), kind, ctx, retryable_abort=True)
-        finally:
-            sched.release(ticket)
-
-    async def _retrying(self, req: GenRequest | ScoreRequest, est: int, hint: str | None,
-                        make: Callable[[], Awaitable[Any]], kind: TokenKind, ctx) -> Any:
-        """Send ``req``; retry retryable backend errors (bounded, jittered) under a fresh rid.
-
-        Tokens count only for the attempt that succeeds; a failed attempt's rid is aborted.
-        """
-        retry, rng = self.runtime.retry, self.runtime.rng
-        for attempt in itertools.count():
-            try:
-                return await self._scheduled(req.rid, est, hint, make, kind, ctx)
-            except BackendError as exc:
-                if not exc.retryable or attempt + 1 >= retry.max_attempts:
-                    tries = f" (gave up after {attempt + 1} attempts)" if exc.retryable else ""
-                    raise BackendError(exc.message + tries, retryable=False, program=req.program_id or None,
-                                       step=req.step or None, branch=req.branch, hint=exc.hint) from exc
-                await asyncio.sleep(retry.delay(attempt, rng))
-                req.rid = f"{req.rid.split('~')[0]}~r{attempt + 1}"
-        raise AssertionError("unreachable")
-
-    async def submit(self, req: GenRequest, ctx) -> GenResult:
-        return await self._retrying(req, req.max_tokens, req.prefix_hint, lambda: self.backend.generate(req),
-                                    req.kind, ctx)
-
-    async def submit_score(self, req: ScoreRequest, ctx) -> ScoreResult:
-        return await self._retrying(req, 1, self.program.program_id, lambda: self.backend.score(req), "score", ctx)
+from .scheduler import Scheduler
+from .types import CertaindexPoint
 
 
 class Runtime:

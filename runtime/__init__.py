@@ -19,7 +19,7 @@ from .types import (Capabilities, CertaindexPoint, GenRequest, GenResult, Knob, 
 
 __all__ = [
     "AdmissionLimits", "Backend", "CONTINUE", "Capabilities", "CertaError", "CertaindexPoint", "ChunkedSequence",
-    "Context", "Decision", "Even", "Event", "EventBus", "GenRequest", "GenResult", "Knob", "Length",
+    "Context", "Decision", "Even", "Event", "EventBus", "GenRequest", "GenResult", "Knob", "Length", "ProgramRun",
     "ManagedSequence", "Mermaid", "Policy", "Program", "ProgramInfo", "Result", "RetryPolicy", "Runtime",
     "RuntimeLimits", "Scheduler", "SchedulingPolicy", "ScoreRequest", "ScoreResult", "ScriptedBackend",
     "Sequence", "Threshold", "Ticket", "TokenUsage", "run_blocking",

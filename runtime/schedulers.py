@@ -141,7 +141,8 @@ class CertaSJF(SchedulingPolicy):
             steps = self.history.steps_per_program or info.knob_cap or self.prior_steps
             if info.knob_cap is not None:
                 steps = min(steps, info.knob_cap)
-        return tps * max(steps - info.knob_used, 1.0 if info.knob_used < (info.knob_cap or 1e18) else 0.0)
+        left = steps - info.knob_used
+        return tps * (left if left > 0 else 1.0)  # still asking for work: at least one more step
 
     def program_key(self, info: ProgramInfo) -> float:
         return self.remaining(info) + self.aging * info.arrival
@@ -181,10 +182,12 @@ def make_policy(name: str, **kw: Any) -> SchedulingPolicy:
 def remaining_steps(policy: "Policy | None", program: "Program") -> float:
     """Knob units still to run as implied by the program's certaindex and stop policy.
 
-    For a :class:`~certa.runtime.policy.Threshold`: if the current certaindex already passes
-    the threshold, the program is expected to stop at the next check (detection step or
-    ``every``); otherwise it runs to its cap. Other policies: ``policy.expected_remaining``.
-    Multiply by tokens per step for ``ProgramInfo.est_remaining_tokens``.
+    For a :class:`~certa.runtime.policy.Threshold` with a next check at ``n`` (the detection
+    step, or the next ``every``): ``(n - k) + (1 - min(1, c / tau)) * (cap - n)`` — a program
+    whose certaindex ``c`` already passes is expected to stop at ``n``, one far below the
+    threshold to run to its cap. No check left, or no certaindex yet: ``cap - k``. Other
+    policies: ``policy.expected_remaining``. Multiply by tokens per step for
+    ``ProgramInfo.est_remaining_tokens``.
     """
     k = program.knob_value
     if policy is None:
@@ -199,9 +202,14 @@ def remaining_steps(policy: "Policy | None", program: "Program") -> float:
         nxt = k + policy.every - (k - start) % policy.every
     else:
         nxt = None
-    if nxt is not None and nxt <= cap and policy.passes(program):
-        return float(nxt - k)
-    return float(max(0, cap - k))
+    c = program.certaindex
+    if nxt is None or nxt > cap or c is None:
+        return float(max(0, cap - k))
+    if isinstance(policy.tau, dict):
+        unsure = 0.0 if policy.passes(program) else 1.0
+    else:
+        unsure = 1.0 - min(1.0, c / policy.tau) if policy.tau > 0 else 0.0
+    return float(nxt - k) + unsure * (cap - nxt)
 
 
 __all__ = ["AppFIFO", "CertaSJF", "History", "LPM", "POLICIES", "make_policy", "remaining_steps"]

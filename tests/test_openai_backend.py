@@ -30,7 +30,13 @@ SERVER_DEPS = ("llama_cpp", "fastapi", "uvicorn", "sse_starlette", "starlette_co
 
 
 def _model_path() -> Path:
-    return Path(os.environ.get("CERTA_CACHE") or Path.home() / ".cache" / "certa" / "models").expanduser() / MODEL_NAME
+    """The 0.5B test model: through certa's model resolver when present, else the cache path."""
+    try:
+        from certa.runtime.models import resolve_model
+
+        return Path(resolve_model("qwen2.5-coder-0.5b"))
+    except Exception:  # resolver absent or model not installed: look in the cache directly
+        return Path(os.environ.get("CERTA_CACHE") or Path.home() / ".cache" / "certa" / "models").expanduser() / MODEL_NAME
 
 
 def _free_port() -> int:

@@ -282,6 +282,17 @@ async def test_engine_backend_maps_rid_priority_and_abort():
     assert eng.shut_down is False  # not ours to shut down
 
 
+async def test_engine_backend_reads_a_built_engines_settings():
+    eng = FakeEngine(FakeSGLangConfig(enable_priority_scheduling=True, schedule_low_priority_values_first=True,
+                                      incremental_streaming_output=True, **FAST))
+    b = SGLangEngineBackend(engine=eng)
+    assert b.low_priority_values_first and b.incremental
+    out = await b.generate(GenRequest(prompt="a b", max_tokens=4, rid="i1", priority=3.0))
+    ref = FakeEngine(FakeSGLangConfig(**FAST))
+    want = await SGLangEngineBackend(engine=ref).generate(GenRequest(prompt="a b", max_tokens=4, rid="i1"))
+    assert eng.core.received[-1]["priority"] == 3 and out.text == want.text and out.tokens == 4
+
+
 def test_engine_defaults_and_missing_sglang(monkeypatch):
     assert ENGINE_DEFAULTS["enable_priority_scheduling"] is True and ENGINE_DEFAULTS["schedule_policy"] == "fcfs"
     import sys

@@ -66,24 +66,28 @@ class SGLangEngineBackend(Backend):
         **engine_kwargs: Any,
     ) -> None:
         self._owns_engine = engine is None
+        kwargs = {**ENGINE_DEFAULTS, **engine_kwargs}
+        if low_priority_values_first is not None:
+            kwargs["schedule_low_priority_values_first"] = low_priority_values_first
         if engine is None:
             if not model_path:
                 raise ConfigError("SGLangEngineBackend needs model_path (or a built engine)")
-            kwargs = {**ENGINE_DEFAULTS, **engine_kwargs}
-            if low_priority_values_first is not None:
-                kwargs["schedule_low_priority_values_first"] = low_priority_values_first
             try:
                 import sglang
             except ImportError as exc:
                 raise ConfigError(f"sglang is not installed: {exc}",
                                   hint="pip install 'certa[sglang]' on a machine with a CUDA GPU") from None
             engine = sglang.Engine(model_path=model_path, **kwargs)
+            settings: Any = kwargs
+        else:  # a built engine: read its settings where it exposes them
+            args = getattr(engine, "server_args", None)
+            settings = {k: getattr(args, k) for k in ("schedule_low_priority_values_first",
+                                                       "incremental_streaming_output") if hasattr(args, k)}
+            if low_priority_values_first is not None:
+                settings["schedule_low_priority_values_first"] = low_priority_values_first
         self.engine = engine
-        args = getattr(engine, "server_args", None)
-        if low_priority_values_first is None:
-            low_priority_values_first = bool(getattr(args, "schedule_low_priority_values_first", False))
-        self.low_priority_values_first = low_priority_values_first
-        self.incremental = bool(getattr(args, "incremental_streaming_output", False))
+        self.low_priority_values_first = bool(settings.get("schedule_low_priority_values_first", False))
+        self.incremental = bool(settings.get("incremental_streaming_output", False))
         self.priority_scale = priority_scale
         self.priority_map = priority_map
         self.score_top_logprobs = score_top_logprobs

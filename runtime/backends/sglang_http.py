@@ -146,7 +146,8 @@ class SGLangHTTPBackend(OpenAIBackend):
     """SGLang native HTTP backend. Chat requests use SGLang's OpenAI route with the same extras.
 
     Args:
-        urls: one server root URL (``http://host:30000``) or a list of workers.
+        urls: one server root URL (``http://host:30000``, or a gateway's) or a list of workers;
+            ``/generate``, ``/abort_request`` and ``/v1/...`` are appended to it.
         server_priority: the servers run ``--enable-priority-scheduling --schedule-policy
             fcfs``; False: order requests client-side (see ``max_in_flight``).
         low_priority_values_first: the servers run ``--schedule-low-priority-values-first``.
@@ -190,6 +191,11 @@ class SGLangHTTPBackend(OpenAIBackend):
         self.gates = {w: PriorityGate(cap) for w in self.workers} if cap is not None else {}
         self.capabilities = Capabilities(score=True, logprobs=True, priority=True, prefix_sharing=True,
                                          name="sglang-http")
+
+    @staticmethod
+    def api_base(worker: str) -> str:
+        """SGLang serves its OpenAI routes under ``/v1`` of the server root."""
+        return worker + "/v1"
 
     def priority_of(self, req: Any) -> int | None:
         """The SGLang priority sent for ``req`` (None when the server does not order by it)."""

@@ -281,6 +281,7 @@ class FakeEngine:
     def __init__(self, config: FakeSGLangConfig | None = None) -> None:
         self.core = FakeSGLang(config)
         self.tokenizer_manager = _FakeTokenizerManager(self.core)
+        self.server_args = self.core.config  # same field names as sglang's ServerArgs
         self.shut_down = False
 
     async def async_generate(self, prompt=None, sampling_params=None, *, rid=None, priority=None, stream=False,

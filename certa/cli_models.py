@@ -1,0 +1,81 @@
+"""``certa models ...``: list the known models, resolve/assemble one, verify a file.
+
+The main CLI mounts this sub-app (``app.add_typer(cli_models.app, name="models")``).
+
+Example:
+    >>> from typer.testing import CliRunner
+    >>> "qwen2.5-coder-0.5b" in CliRunner().invoke(app, ["list"]).output
+    True
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from certa.runtime import models
+from certa.runtime.errors import CertaError, ModelIntegrityError, ModelNotFoundError
+
+app = typer.Typer(help="Find, assemble and verify the GGUF models certa runs on the CPU.", no_args_is_help=True)
+
+
+def _fail(exc: CertaError) -> None:
+    typer.echo(f"error: {exc.code} {exc.message}", err=True)
+    if exc.hint:
+        typer.echo(f"hint: {exc.hint}", err=True)
+    raise typer.Exit(1)
+
+
+@app.command("list")
+def list_models() -> None:
+    """Known models: where each is found and whether its file is verified."""
+    for spec in models.KNOWN_MODELS.values():
+        where, path = models.locate(spec)
+        if where == "cache":
+            state = "verified" if path is not None and models.is_verified(path, spec.sha256) else "not verified yet"
+            found = f"{path} ({state})"
+        elif where == "packages":
+            found = "packages installed (assembled on first use)"
+        else:
+            found = f"not installed: {spec.pip_hint}"
+        default = " [default]" if spec.name == models.DEFAULT_MODEL else ""
+        typer.echo(f"{spec.name}{default}  {spec.size / 1e6:,.0f} MB  {found}")
+        typer.echo(f"    {spec.description}")
+
+
+@app.command("path")
+def path(name: Optional[str] = typer.Argument(None, help="a known name or .gguf path (default: the default model)")) -> None:
+    """Resolve (assembling from the installed packages if needed) and print the model's path."""
+    try:
+        typer.echo(str(models.resolve_model(name)))
+    except CertaError as exc:
+        _fail(exc)
+
+
+@app.command("verify")
+def verify(target: Optional[str] = typer.Argument(None, help="a known name or a .gguf path")) -> None:
+    """Recompute the sha256 of a model file and compare it with the known checksum."""
+    try:
+        spec = models.known(target) if target else models.KNOWN_MODELS[models.DEFAULT_MODEL]
+        if spec is not None:
+            where, file = models.locate(spec)
+            if where == "missing":
+                raise ModelNotFoundError(f"model {spec.name} is not installed", hint=spec.pip_hint)
+            file = file if file is not None else models.ensure(spec)
+        else:
+            file = models.check_gguf(Path(str(target)).expanduser())
+            spec = next((s for s in models.KNOWN_MODELS.values() if s.size == file.stat().st_size), None)
+            if spec is None:
+                typer.echo(f"{file}: sha256 {models.sha256_file(file)} (not a known model)")
+                return
+        if not models.verify_file(file, spec, force=True):
+            raise ModelIntegrityError(f"{file} does not match the sha256 of {spec.name}",
+                                             hint=f"delete it and reinstall: {spec.pip_hint}")
+        typer.echo(f"{file}: OK ({spec.name}, sha256 {spec.sha256[:16]}…)")
+    except CertaError as exc:
+        _fail(exc)
+
+
+__all__ = ["app"]

@@ -94,7 +94,13 @@ class ProgramRun:
         if sched.unlimited:  # nothing can queue: skip ticket bookkeeping on the hot path
             return await self.guard(rid, make(), kind, ctx, retryable_abort=True)
         ticket = sched.ticket(rid, self.info, est, hint)
-        await sched.acquire(ticket)
+        try:
+            await sched.acquire(ticket)
+        except asyncio.CancelledError:
+            # admitted while our cancel was in flight (the waiter was cancelled first, so
+            # acquire cannot tell): give the slot back; release is a no-op otherwise
+            sched.release(ticket)
+            raise
         try:
             return await self.guard(rid, make(), kind, ctx, retryable_abort=True)
         finally:

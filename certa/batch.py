@@ -47,7 +47,12 @@ class BatchReport:
 
 
 class Journal:
-    """Append-only JSONL of finished problems, flushed and fsynced per line."""
+    """Append-only JSONL of finished problems, flushed and fsynced per line.
+
+    On ``resume`` a torn tail (a line cut short by a kill, or garbage after the last complete
+    line) is cut off before appending, so the file stays valid JSONL; a bad line *followed* by
+    good ones is corruption and raises ``ConfigError``.
+    """
 
     def __init__(self, path: str | os.PathLike[str], *, resume: bool) -> None:
         self.path = pathlib.Path(path)
@@ -55,18 +60,40 @@ class Journal:
         if self.path.exists():
             if not resume:
                 raise ConfigError(f"journal {self.path} already exists", hint="pass --resume to continue it, or remove it")
-            for n, line in enumerate(self.path.read_text().splitlines(), 1):
-                if not line.strip():
-                    continue
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError:
-                    if n == len(self.path.read_text().splitlines()):
-                        continue  # a torn last line from a kill: that problem reruns
-                    raise ConfigError(f"journal {self.path} line {n} is not JSON") from None
-                self.done[row["key"]] = row
+            self._load()
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        created = not self.path.exists()
         self._fh = open(self.path, "a", encoding="utf-8")
+        if created:  # make the new file's directory entry durable too
+            _fsync_dir(self.path.parent)
+
+    def _load(self) -> None:
+        data = self.path.read_bytes()
+        good_end, bad_line = 0, None  # byte offset after the last good line; first bad line number
+        pos = 0
+        for n, raw in enumerate(data.splitlines(keepends=True), 1):
+            pos += len(raw)
+            if not raw.strip():
+                if bad_line is None:
+                    good_end = pos
+                continue
+            try:
+                row = json.loads(raw) if raw.endswith(b"\n") else None
+            except (json.JSONDecodeError, UnicodeDecodeError):
+                row = None
+            if not isinstance(row, dict) or "key" not in row:
+                bad_line = bad_line or n
+                continue
+            if bad_line is not None:
+                raise ConfigError(f"journal {self.path} line {bad_line} is not a journal row",
+                                  hint="the journal is corrupt; move it aside and rerun")
+            self.done[row["key"]] = row
+            good_end = pos
+        if good_end < len(data):  # a torn tail from a kill: those problems rerun
+            with open(self.path, "r+b") as fh:
+                fh.truncate(good_end)
+                fh.flush()
+                os.fsync(fh.fileno())
 
     def append(self, row: dict[str, Any]) -> None:
         self._fh.write(json.dumps(row) + "\n")
@@ -76,6 +103,19 @@ class Journal:
 
     def close(self) -> None:
         self._fh.close()
+
+
+def _fsync_dir(path: pathlib.Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def grade_row(problem: Any, result: Result) -> bool | None:

@@ -10,6 +10,7 @@ import sys
 from typing import Any, Optional
 
 import typer
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from rich.console import Console
 from rich.table import Table
 
@@ -94,10 +95,68 @@ def run(
     Example: certa run sc --dataset gsm8k --limit 2 --backend scripted
     """
     try:
+        _check_run_options(concurrency=concurrency, limit=limit, journal=journal, resume=resume)
         _run(target, dataset, idx, limit, backend, model, url, policy, scheduler, concurrency, journal, resume,
              json_out)
     except (CertaError, OSError) as exc:
         _fail(exc, debug)
+    except KeyboardInterrupt:  # asyncio.run cancelled the batch: every in-flight request was aborted
+        console.print("[yellow]interrupted[/yellow]: in-flight requests were aborted"
+                      + (f"; {journal} keeps finished work (rerun with --resume)" if journal else ""))
+        raise typer.Exit(130) from None
+
+
+class _RunOptions(BaseModel):
+    """The ``run`` options that typer's types alone do not check."""
+
+    model_config = ConfigDict(extra="forbid")
+    concurrency: int = Field(ge=1)
+    limit: Optional[int] = Field(default=None, ge=0)
+    journal: Optional[str] = None
+    resume: bool = False
+
+    @model_validator(mode="after")
+    def _resume_needs_journal(self) -> "_RunOptions":
+        if self.resume and not self.journal:
+            raise ValueError("--resume needs --journal FILE")
+        return self
+
+
+class _PolicyFile(BaseModel):
+    """A policy file: a policy object (``{"kind": ...}``) or ``{"policy": {...}, ...}``."""
+
+    model_config = ConfigDict(extra="allow")
+    kind: str = Field(min_length=1)
+
+
+def _check_run_options(**values: Any) -> None:
+    try:
+        _RunOptions(**values)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        name = "--" + str(err["loc"][0]).replace("_", "-") + ": " if err["loc"] else ""
+        raise ConfigError(f"{name}{err['msg'].removeprefix('Value error, ')}") from None
+
+
+def _load_policy(path: str):
+    from certa.runtime.policy import Policy
+    try:
+        data = json.loads(open(path, encoding="utf-8").read())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ConfigError(f"cannot read policy file {path}: {exc}") from None
+    spec = data.get("policy", data) if isinstance(data, dict) else data
+    try:
+        _PolicyFile.model_validate(spec)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(map(str, err["loc"])) or "<root>"
+        msg = "expected a JSON object" if err["type"] in ("model_type", "dict_type") else err["msg"]
+        raise ConfigError(f"policy file {path}: {where}: {msg}",
+                          hint='expected {"kind": "threshold", "tau": 0.5, ...} or {"policy": {...}}') from None
+    try:
+        return Policy.from_dict(spec)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"policy file {path}: {exc}") from None
 
 
 def _run(target, dataset, idx, limit, backend, model, url, policy, scheduler, concurrency, journal, resume,
@@ -106,15 +165,10 @@ def _run(target, dataset, idx, limit, backend, model, url, policy, scheduler, co
     from certa.batch import Journal, run_dataset
     from certa.loading import load_target
     from certa.progress import BatchProgress
-    from certa.runtime.policy import Policy
 
     program = load_target(target)
     if policy:
-        try:
-            data = json.loads(open(policy, encoding="utf-8").read())
-        except (OSError, json.JSONDecodeError) as exc:
-            raise ConfigError(f"cannot read policy file {policy}: {exc}") from None
-        pol = Policy.from_dict(data.get("policy", data))
+        pol = _load_policy(policy)
         if not hasattr(program, "with_policy"):
             raise ConfigError(f"{target} is not a compiled graph; --policy needs one")
         program = program.with_policy(pol)

@@ -1,0 +1,117 @@
+r"""Chain-of-Thought with probe-in-the-middle early exit (Dynasor-CoT, the correct rule).
+
+One live sequence grows ``interval`` (T) tokens per step. After each chunk a probe
+(:func:`~certa.algorithms.prompts.probe_text` for the model family, ending in ``\boxed{``)
+is decoded greedily for ``probe_tokens`` tokens and forgotten: with exact KV rollback when the
+backend supports it (``seq.exact_probes``), else as a separate request sharing the prefix
+(the runtime's chunked fallback; both go through ``seq.probe``). Probe tokens count as kind
+``probe``. Certaindex is 1.0 iff the last ``k`` probed answers are non-empty,
+math-equivalent and free of hesitation words (whole words) — Dynasor's ``should_early_exit``
+returns True even for inconsistent answers; this does not.
+
+The knob is main decode tokens, capped at ``max_tokens``. The answer is the probed answer
+when the run exits early, else the answer extracted from the whole chain (falling back to the
+last non-empty probe when the chain has none). The state's ``answers`` are the probed answers,
+so window policies (ESC, margin) also work on CoT.
+
+Presets ``(k, T)``: mild (8, 64), low (5, 64), mid (3, 64), high (2, 64), crazy (2, 32).
+
+Example:
+    >>> import certa as ct
+    >>> b = ct.ScriptedBackend(responses=["a " * 200], probe=lambda text, suffix: "18} \\]")
+    >>> r = ct.Runtime(b).run_sync(cot_program("high", max_tokens=256), question="9 * 2?")
+    >>> r.answer, r.exit_reason, r.tokens.main
+    ('18', 'certaindex', 128)
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from certa.dsl import END, Appended, CompiledGraph, Graph, State
+from certa.runtime.errors import ConfigError
+from certa.runtime.policy import Policy, Threshold
+from certa.runtime.types import Knob
+
+from .answers import extract_answer, extract_probe_answer
+from .prompts import final_answer, probe_text, prompt
+from .signals import ProbeObs, probe_consistency
+
+__all__ = ["PRESETS", "CoTState", "cot_output", "cot_program"]
+
+PRESETS: dict[str, tuple[int, int]] = {"mild": (8, 64), "low": (5, 64), "mid": (3, 64), "high": (2, 64),
+                                       "crazy": (2, 32)}
+"""Dynasor's saving-effort presets as ``(k, T)``: window of agreeing probes, tokens between probes."""
+
+
+class CoTState(State):
+    """The live sequence, the chain so far, and every probe taken."""
+
+    question: str
+    seq: Any = None
+    text: str = ""
+    finished: bool = False
+    exact_probes: bool = False
+    probes: Appended[list[ProbeObs]] = []
+    answers: Appended[list[str]] = []
+
+
+def cot_program(preset: str = "mid", *, max_tokens: int = 1024, family: str = "default", temperature: float = 0.0,
+                dataset: str = "math", k: int | None = None, interval: int | None = None, probe_tokens: int = 20,
+                policy: Policy | None = None, chat: bool = True, name: str = "cot") -> CompiledGraph:
+    """Build Dynasor-CoT as a compiled graph (inputs: ``question=``).
+
+    ``k``/``interval`` override the preset; ``family`` picks the probe template; ``policy``
+    defaults to stopping the first time certaindex reaches 1.0.
+    """
+    if preset not in PRESETS:
+        raise ConfigError(f"unknown CoT preset {preset!r}", hint=f"one of {', '.join(PRESETS)}")
+    k, interval = k or PRESETS[preset][0], interval or PRESETS[preset][1]
+    if k < 1 or interval < 1 or max_tokens < 1:
+        raise ConfigError(f"cot needs k, interval and max_tokens >= 1, got {k}, {interval}, {max_tokens}")
+    probe = probe_text(family)
+    g = Graph(CoTState, knob=Knob("tokens", cap=max_tokens), name=name)
+
+    @g.step
+    async def start(s: CoTState, ctx) -> dict:
+        """Open the sequence (nothing decoded yet)."""
+        seq = await ctx.sequence(prompt("math_cot", question=s.question), max_tokens=max_tokens,
+                                 temperature=temperature, chat=chat)
+        return {"seq": seq, "exact_probes": seq.exact_probes}
+
+    @g.step
+    async def think(s: CoTState, ctx) -> dict:
+        """Decode T more tokens, then probe the current answer (unless the chain finished)."""
+        await s.seq.extend(interval)
+        update: dict[str, Any] = {"text": s.seq.text, "finished": s.seq.finished}
+        if not s.seq.finished:
+            out = await s.seq.probe(probe, max_tokens=probe_tokens)
+            obs = ProbeObs(s.seq.tokens, extract_probe_answer(out.text), out.text)
+            update |= {"probes": [obs], "answers": [obs.answer]}
+        return update
+
+    def more(s: CoTState) -> Literal["think", "__end__"]:
+        return END if s.finished else "think"
+
+    @g.certaindex
+    def probes_agree(s: CoTState) -> float:
+        """1.0 iff the last k probes are non-empty, equivalent and hesitation-free."""
+        return probe_consistency(s.probes, k)
+
+    @g.answer
+    def final(s: CoTState) -> str | None:
+        if not s.finished and probe_consistency(s.probes, k) == 1.0:
+            return s.probes[-1].answer
+        return extract_answer(s.text, dataset) or next((a for a in reversed(s.answers) if a), None)
+
+    g.edge("start", "think")
+    g.branch("think", more)
+    return g.compile(policy=policy or Threshold(1.0, detect_at=1, every=1))
+
+
+def cot_output(result: Any) -> str:
+    """The text a CoT run emits: the chain, plus a final-answer block when it exited early."""
+    text = result.state.text if result.state is not None else ""
+    if result.exit_reason == "certaindex" and result.answer is not None:
+        return text + final_answer(str(result.answer))
+    return text

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from certa.runtime.backends.http_common import HostGuard, pick_worker, validate_url
+from certa.runtime.backends.http_common import HostGuard, validate_url
 from certa.runtime.errors import BackendError, ConfigError
 from certa.runtime.types import GenRequest, ScoreRequest
 
@@ -119,17 +119,21 @@ async def workers():
 
 async def test_program_affinity_routes_a_program_to_one_worker(workers):
     b = OpenAIBackend([w.url for w in workers], model="m")
+    names = {b.workers[0]: "A", b.workers[1]: "B"}
+    chosen: dict[str, list[str]] = {"A": [], "B": []}
+    progs = (f"p{i}" for i in range(1000))
+    while min(len(v) for v in chosen.values()) < 2:  # ports are random: cover both workers
+        prog = next(progs)
+        chosen[names[b.route(GenRequest(prompt="", program_id=prog))]].append(prog)
     try:
-        for prog in ("p1", "p2", "p3", "p4", "p5", "p6"):
+        for name, prog in ((n, p) for n, ps in chosen.items() for p in ps):
             outs = [await b.generate(GenRequest(prompt="x", max_tokens=2, rid=f"{prog}-{i}", program_id=prog))
                     for i in range(3)]
             seq = await b.open_sequence(GenRequest(prompt="x", max_tokens=4, rid=f"{prog}-seq", program_id=prog))
             await seq.extend(2)
             probe = await seq.probe(" answer:", max_tokens=2)
-            firsts = {o.text[0] for o in outs} | {probe.text[0]}
-            assert len(firsts) == 1, f"program {prog} was split across workers"
-            assert firsts == {pick_worker(prog, b.workers) is b.workers[0] and "A" or "B"}
-        assert all(w.bodies for w in workers), "six programs should use both workers"
+            assert {o.text[0] for o in outs} | {probe.text[0]} == {name}, f"program {prog} left its worker"
+        assert [len(w.bodies) for w in workers] == [5 * len(chosen["A"]), 5 * len(chosen["B"])]
     finally:
         await b.close()
 

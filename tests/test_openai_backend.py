@@ -285,6 +285,7 @@ def test_registry_builds_it():
 def test_module_examples_run():
     import doctest
 
-    import certa.runtime.backends.http_common as mod
+    import certa.runtime.backends.http_common as common_mod
+    import certa.runtime.backends.openai_http as openai_mod
 
-    assert doctest.testmod(mod).failed == 0
+    assert doctest.testmod(common_mod).failed == 0 and doctest.testmod(openai_mod).failed == 0

@@ -313,6 +313,7 @@ def test_engine_defaults_and_missing_sglang(monkeypatch):
 def test_module_examples_run():
     import doctest
 
-    import certa.runtime.backends.sglang_http as mod
+    import certa.runtime.backends.sglang_engine as engine_mod
+    import certa.runtime.backends.sglang_http as http_mod
 
-    assert doctest.testmod(mod).failed == 0
+    assert doctest.testmod(http_mod).failed == 0 and doctest.testmod(engine_mod).failed == 0

@@ -11,7 +11,16 @@ branches, chunks and probes share one server's prefix cache. Sequences are the g
 Only configured hosts are ever contacted (see :mod:`.http_common`). Needs ``httpx``
 (``pip install 'certa[http]'``).
 
-Example (needs a server, so not run as a doctest)::
+Example (routing and URLs need no server):
+    >>> from certa.runtime.types import GenRequest
+    >>> b = OpenAIBackend(["http://127.0.0.1:8001", "http://127.0.0.1:8002"], model="m")
+    >>> b.api_base(b.workers[0])
+    'http://127.0.0.1:8001/v1'
+    >>> first = b.route(GenRequest(prompt="", program_id="p1", rid="p1-s0-b0"))
+    >>> b.route(GenRequest(prompt="", program_id="p1", rid="p1-s0-b7")) == first   # same program, same worker
+    True
+
+Generating (needs a server, so not run as a doctest)::
 
     backend = OpenAIBackend("http://127.0.0.1:8000", api_key=None)
     out = await backend.generate(GenRequest(prompt="2+2=", max_tokens=4, rid="p1-s0-b0",

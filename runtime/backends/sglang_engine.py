@@ -14,7 +14,11 @@ override. certa priority (lower = urgent) is mapped as in :mod:`.sglang_http`.
 CUDA required). Sequences are the generic chunked ones; the radix cache keeps the shared
 prefix of chunks and probes warm.
 
-Example (needs a GPU, so not run as a doctest)::
+Example:
+    >>> ENGINE_DEFAULTS["schedule_policy"], ENGINE_DEFAULTS["enable_priority_scheduling"]
+    ('fcfs', True)
+
+With a GPU (not run as a doctest)::
 
     backend = SGLangEngineBackend(model_path="Qwen/Qwen2.5-0.5B-Instruct", mem_fraction_static=0.5)
     out = await backend.generate(GenRequest(prompt="2+2=", rid="p1-s0-b0", priority=1.0))

@@ -28,6 +28,7 @@ Example:
 from __future__ import annotations
 
 import math
+from functools import partial
 from typing import Annotated, Literal
 
 from certa.dsl import END, CompiledGraph, Graph, Send, State
@@ -73,7 +74,7 @@ def mcts_program(iterations: int = 8, *, width: int = 2, depth: int = 6, w_exp: 
     """
     if iterations < 1 or width < 1 or depth < 1:
         raise ConfigError(f"mcts needs iterations, width and depth >= 1, got {iterations}, {width}, {depth}")
-    score = scorer or self_eval
+    score = scorer or partial(self_eval, chat=chat)
     g = Graph(MCTSState, knob=Knob("iterations", cap=iterations, step="backprop"), name=name)
 
     async def child(s: MCTSState, ctx, parent: int, steps: list[str], seed: int) -> Node:

@@ -27,6 +27,7 @@ Example:
 from __future__ import annotations
 
 import math
+from functools import partial
 from typing import Annotated, Literal
 
 from certa.dsl import END, CompiledGraph, Graph, Send, State, add
@@ -77,7 +78,7 @@ def rebase_program(width: int = 8, *, depth: int = 6, temperature: float = 0.2, 
     """
     if width < 1 or depth < 1 or temperature <= 0:
         raise ConfigError(f"rebase needs width, depth >= 1 and temperature > 0, got {width}, {depth}, {temperature}")
-    score = scorer or self_eval
+    score = scorer or partial(self_eval, chat=chat)
     g = Graph(RebaseState, knob=Knob("iterations", cap=depth, step="collect"), name=name)
 
     @g.step
@@ -125,7 +126,7 @@ def rebase_program(width: int = 8, *, depth: int = 6, temperature: float = 0.2, 
             return None
         return s.answers[max(groups, key=lambda c: sum(s.rewards[i] for i in c))[0]]
 
-    g.branch("start", dispatch, destinations=["expand"], max_fanout=width)
+    g.branch("start", dispatch, destinations=["expand", END], max_fanout=width)
     g.branch("expand", joined)
-    g.branch("collect", dispatch, destinations=["expand"], max_fanout=width)
+    g.branch("collect", dispatch, destinations=["expand", END], max_fanout=width)
     return g.compile(policy=policy or Threshold(0.95, detect_at=1, every=1))

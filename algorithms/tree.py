@@ -105,9 +105,12 @@ async def propose_step(ctx: Any, question: str, steps: list[str], *, parent: int
     return Node(parent=parent, text=text, depth=depth, terminal=terminal, answer=answer)
 
 
-async def self_eval(ctx: Any, question: str, steps: list[str], step: str) -> float:
-    """Self-evaluation reward: P("Yes") to "Is this step correct?", normalized over Yes/No."""
-    res = await ctx.score(prompt("self_eval", question=question, steps=steps, step=step), ("Yes", "No"))
+async def self_eval(ctx: Any, question: str, steps: list[str], step: str, *, chat: bool = True) -> float:
+    """Self-evaluation reward: P("Yes") to "Is this step correct?", normalized over Yes/No.
+
+    ``chat=True`` asks in the model's chat template (instruct models); ``False`` scores the raw prompt.
+    """
+    res = await ctx.score(prompt("self_eval", question=question, steps=steps, step=step), ("Yes", "No"), chat=chat)
     yes, no = float(res.probs.get("Yes", 0.0)), float(res.probs.get("No", 0.0))
     return yes / (yes + no) if yes + no > 0 else 0.5
 

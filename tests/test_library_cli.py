@@ -9,10 +9,11 @@ import json
 import pytest
 from typer.testing import CliRunner
 
+from certa.algorithms.datasets import data_dir
 from certa.algorithms.library import PROGRAMS, build, describe
 from certa.cli import app
 from certa.dsl import CompiledGraph
-from certa.runtime.errors import ConfigError
+from certa.runtime.errors import ConfigError, DatasetError
 
 MINE = ["cot_probe", "self_consistency", "mcts", "rebase", "sc_mcts", "policies", "library", "tree"]
 
@@ -46,6 +47,10 @@ def test_docstring_examples(name):
 
 @pytest.mark.parametrize("name", sorted(PROGRAMS))
 def test_certa_run_completes_on_the_scripted_backend(name, tmp_path):
+    try:
+        data_dir()
+    except DatasetError:
+        pytest.skip("shared/data not found (set CERTA_DATA)")
     report = tmp_path / "report.json"
     res = CliRunner().invoke(app, ["run", name, "--dataset", "gsm8k", "--limit", "2", "--backend", "scripted",
                                    "--json", str(report)])

@@ -35,6 +35,9 @@ from .scheduler import Scheduler
 from .types import CertaindexPoint
 
 
+_START_SLICE = 32  # run_many starts at most this many programs per event-loop iteration
+
+
 class Runtime:
     """Runs programs on one backend with one scheduler.
 
@@ -127,8 +130,12 @@ class Runtime:
             if on_result is not None:
                 on_result(i, results[i])
 
-        tasks = [asyncio.ensure_future(one(i, p, inp)) for i, (p, inp) in enumerate(pairs)]
+        tasks: list[asyncio.Future] = []
         try:
+            for i, (p, inp) in enumerate(pairs):
+                tasks.append(asyncio.ensure_future(one(i, p, inp)))
+                if i % _START_SLICE == _START_SLICE - 1:
+                    await asyncio.sleep(0)  # start a big batch in slices: bounds event-loop lag
             await asyncio.gather(*tasks)
         except BaseException:
             for t in tasks:

@@ -79,7 +79,7 @@ class Journal:
                 continue
             try:
                 row = json.loads(raw) if raw.endswith(b"\n") else None
-            except (json.JSONDecodeError, UnicodeDecodeError):
+            except (ValueError, RecursionError):  # not JSON, not UTF-8, or nested too deep
                 row = None
             if not isinstance(row, dict) or "key" not in row:
                 bad_line = bad_line or n

@@ -142,8 +142,8 @@ def _load_policy(path: str):
     from certa.runtime.policy import Policy
     try:
         data = json.loads(open(path, encoding="utf-8").read())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ConfigError(f"cannot read policy file {path}: {exc}") from None
+    except (OSError, ValueError, RecursionError) as exc:  # unreadable, not UTF-8, not JSON, nested too deep
+        raise ConfigError(f"cannot read policy file {path}: {type(exc).__name__}: {exc}") from None
     spec = data.get("policy", data) if isinstance(data, dict) else data
     try:
         _PolicyFile.model_validate(spec)

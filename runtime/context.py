@@ -50,8 +50,8 @@ class Context:
     def _rid(self, tag: str = "") -> str:
         return f"{self.run.program.program_id}:{self.step}:{self.branch}:{next(self.run.rid_counter)}{tag}"
 
-    def _request(self, prompt: str, kind: TokenKind, max_tokens: int, temperature: float, top_p: float,
-                 top_k: int, seed: int | None, stop, logprobs: int, chat: bool, prefix_hint: str | None) -> GenRequest:
+    def _check_limits(self, prompt: str, max_tokens: int) -> None:
+        """Refuse a prompt or a token budget over the runtime's limits (before anything is sent)."""
         limits = self.run.runtime.limits
         if limits.max_prompt_chars is not None and len(prompt) > limits.max_prompt_chars:
             raise LimitExceededError(f"prompt of {len(prompt)} chars is over the limit {limits.max_prompt_chars}",
@@ -59,6 +59,10 @@ class Context:
         if limits.max_tokens_per_request is not None and max_tokens > limits.max_tokens_per_request:
             raise LimitExceededError(f"max_tokens={max_tokens} is over the limit {limits.max_tokens_per_request}",
                                      program=self.program_id, step=self.step, branch=self.branch)
+
+    def _request(self, prompt: str, kind: TokenKind, max_tokens: int, temperature: float, top_p: float,
+                 top_k: int, seed: int | None, stop, logprobs: int, chat: bool, prefix_hint: str | None) -> GenRequest:
+        self._check_limits(prompt, max_tokens)
         return GenRequest(prompt=prompt, max_tokens=max_tokens, temperature=temperature, top_p=top_p,
                           top_k=top_k, seed=seed, stop=tuple([stop] if isinstance(stop, str) else stop),
                           rid=self._rid(), program_id=self.program_id, step=self.step, branch=self.branch,
@@ -76,6 +80,7 @@ class Context:
 
     async def score(self, prompt: str, options: tuple[str, ...] = ("Yes", "No"), *, chat: bool = False) -> ScoreResult:
         """Probability of each option as the next text (self-evaluation rewards)."""
+        self._check_limits(prompt, 1)
         req = ScoreRequest(prompt=prompt, options=tuple(options), rid=self._rid(), program_id=self.program_id,
                            step=self.step, branch=self.branch, chat=chat)
         return await self.run.submit_score(req, self)
@@ -134,6 +139,7 @@ class ManagedSequence:
         return await self.ctx.run.guard(self.seq.rid, self.seq.extend(max_new_tokens), "main", self.ctx)
 
     async def probe(self, suffix: str, max_tokens: int = 20) -> GenResult:
+        self.ctx._check_limits(self.seq.req.prompt + self.seq.text + suffix, max_tokens)
         rid = f"{self.seq.rid}.probe{next(self._probes)}"
         return await self.ctx.run.guard(rid, self.seq.probe(suffix, max_tokens, rid=rid), "probe", self.ctx)
 

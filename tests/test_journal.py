@@ -148,6 +148,9 @@ def test_resume_cuts_trailing_garbage_but_refuses_corruption_in_the_middle(tmp_p
     j = Journal(path, resume=True)
     j.close()
     assert path.read_text() == good and list(j.done) == ["d:0"]
+    path.write_text(good + "[" * 100_000 + "]" * 100_000 + "\n")  # nested too deep for json: garbage tail
+    Journal(path, resume=True).close()
+    assert path.read_text() == good
     path.write_text(good + "not json\n" + good)
     with pytest.raises(ConfigError, match="line 2"):
         Journal(path, resume=True)

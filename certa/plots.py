@@ -1,0 +1,162 @@
+"""Plots of runs: the certaindex trajectory of one or more results (matplotlib, imported lazily).
+
+Every function returns a matplotlib ``Figure`` (it shows inline in Jupyter) and, given a
+``path``, also writes it there (``.png`` or ``.svg``, chosen by the suffix). Install with
+``pip install 'certa[plot]'``.
+
+Example:
+    >>> import certa as ct
+    >>> from certa.algorithms.library import build
+    >>> r = ct.Runtime(ct.ScriptedBackend(responses=["\\\\boxed{4}"])).run_sync(build("sc"), question="2+2?")
+    >>> fig = plot_certaindex(r, threshold=0.55)
+    >>> fig.axes[0].get_ylabel()
+    'certaindex'
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import sys
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from certa.runtime.errors import ConfigError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from matplotlib.figure import Figure
+
+    from certa.runtime.result import Result
+
+__all__ = ["new_figure", "plot_certaindex", "save_figure"]
+
+PALETTE = ("#2563eb", "#ea580c", "#16a34a", "#9333ea", "#dc2626", "#0891b2", "#ca8a04", "#db2777")
+
+
+def _mpl() -> Any:
+    try:
+        import matplotlib  # noqa: PLC0415
+    except ImportError:
+        raise ConfigError("drawing and plotting need matplotlib", hint="pip install 'certa[plot]'") from None
+    return matplotlib
+
+
+def _in_kernel() -> bool:
+    """True inside a Jupyter (IPython kernel) session."""
+    ipython = sys.modules.get("IPython")
+    if ipython is None or "ipykernel" not in sys.modules:
+        return False
+    shell = ipython.get_ipython()
+    return shell is not None and "IPKernelApp" in getattr(shell, "config", {})
+
+
+def new_figure(width: float, height: float) -> "Figure":
+    """A figure of ``width`` × ``height`` inches, not kept by pyplot (no leaks, no double display).
+
+    In Jupyter the figure is created through pyplot once, which installs the inline PNG
+    display hook, and closed right away, so returning it from a cell shows it exactly once.
+    """
+    _mpl()
+    if _in_kernel():
+        import matplotlib.pyplot as plt  # noqa: PLC0415
+        fig = plt.figure(figsize=(width, height))
+        plt.close(fig)
+        return fig
+    from matplotlib.figure import Figure  # noqa: PLC0415
+    return Figure(figsize=(width, height))
+
+
+def save_figure(fig: "Figure", path: str | os.PathLike[str] | None, *, dpi: int = 150) -> pathlib.Path | None:
+    """Write ``fig`` to ``path`` (format from the suffix: png, svg, pdf); no-op for ``None``."""
+    if path is None:
+        return None
+    out = pathlib.Path(path)
+    fmt = out.suffix.lstrip(".").lower()
+    if fmt not in ("png", "svg", "pdf"):
+        raise ConfigError(f"cannot write {out.name}: unknown image format {fmt!r}", hint="use .png, .svg or .pdf")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, format=fmt, dpi=dpi, bbox_inches="tight", metadata=_metadata(fmt))
+    return out
+
+
+def _metadata(fmt: str) -> dict[str, Any]:
+    # no timestamps or version strings: re-rendering an unchanged drawing gives the same file
+    if fmt == "png":
+        return {"Software": None}
+    if fmt == "svg":
+        return {"Date": None, "Creator": None}
+    return {"CreationDate": None, "Producer": None, "Creator": None}
+
+
+def _threshold_value(threshold: Any) -> dict[str, float]:
+    """``0.5`` / ``{"sig": 0.5}`` / a policy with a ``tau`` → thresholds by signal (``""`` = combined)."""
+    if threshold is None:
+        return {}
+    tau = getattr(threshold, "tau", threshold)
+    if isinstance(tau, (int, float)):
+        return {"": float(tau)}
+    if isinstance(tau, dict):
+        return {str(k): float(v) for k, v in tau.items()}
+    raise ConfigError(f"threshold must be a number, a dict or a policy with tau, not {type(threshold).__name__}")
+
+
+def plot_certaindex(results: "Result | Sequence[Result]", path: str | os.PathLike[str] | None = None, *,
+                    threshold: Any = None, x: str = "knob", title: str | None = None,
+                    tokens: bool = True) -> "Figure":
+    """Plot the certaindex trajectory of a run (or several, overlaid).
+
+    Args:
+        results: a :class:`~certa.runtime.result.Result` or a list of them.
+        path: also save the figure here (``.png``/``.svg``).
+        threshold: a number, ``{signal: tau}`` or a policy with ``tau`` (drawn as dashed lines).
+        x: ``"knob"`` (knob units spent) or ``"tokens"`` (all tokens spent so far).
+        tokens: for a single run, also draw tokens spent on a second y axis.
+
+    Each point is one certaindex update (after every step). With several signals (AND), the
+    combined value (their minimum) is drawn bold and each signal thin. The exit is marked
+    with the run's exit reason.
+    """
+    runs = [results] if not isinstance(results, (list, tuple)) else list(results)
+    if not runs:
+        raise ConfigError("plot_certaindex needs at least one result")
+    if x not in ("knob", "tokens"):
+        raise ConfigError(f"x must be 'knob' or 'tokens', not {x!r}")
+    fig = new_figure(6.4, 3.6)
+    ax = fig.add_subplot()
+    single = len(runs) == 1
+    for i, r in enumerate(runs):
+        pts = list(getattr(r, "certaindex", None) or [])
+        color = PALETTE[i % len(PALETTE)]
+        label = "certaindex" if single else r.program_id
+        if not pts:
+            continue
+        xs = [p.knob if x == "knob" else p.tokens for p in pts]
+        ax.plot(xs, [p.value for p in pts], marker="o", ms=4, lw=2, color=color, label=label, zorder=3)
+        names = sorted(pts[-1].signals)
+        if single and len(names) > 1:
+            for j, name in enumerate(names):
+                ax.plot(xs, [p.signals.get(name, float("nan")) for p in pts], lw=1, ls=":",
+                        color=PALETTE[(j + 1) % len(PALETTE)], label=f"signal {name}")
+        ax.annotate(f"exit: {r.exit_reason}", (xs[-1], pts[-1].value), textcoords="offset points", xytext=(-2, 8),
+                    ha="right", fontsize=8, color=color)
+    for j, (name, tau) in enumerate(_threshold_value(threshold).items()):
+        ax.axhline(tau, ls="--", lw=1, color="#6b7280" if not name else PALETTE[(j + 1) % len(PALETTE)],
+                   label=f"threshold {name} {tau:g}".replace("  ", " "))
+    ax.set_ylim(-0.03, 1.05)
+    ax.set_ylabel("certaindex")
+    ax.set_xlabel("knob units spent" if x == "knob" else "tokens spent")
+    ax.grid(alpha=0.3)
+    if single and tokens and runs[0].certaindex and x == "knob":
+        tx = ax.twinx()
+        pts = runs[0].certaindex
+        tx.plot([p.knob for p in pts], [p.tokens for p in pts], color="#9ca3af", lw=1, drawstyle="steps-post",
+                label="tokens")
+        tx.set_ylabel("tokens spent", color="#6b7280")
+        tx.tick_params(axis="y", colors="#6b7280")
+    r0 = runs[0]
+    ax.set_title(title or (f"{r0.name}: answer {r0.answer!r}, exit {r0.exit_reason}, {r0.tokens.total} tokens"
+                           if single else "certaindex trajectories"), fontsize=10)
+    ax.legend(loc="lower right", fontsize=8, framealpha=0.9)
+    fig.tight_layout()
+    save_figure(fig, path)
+    return fig

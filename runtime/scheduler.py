@@ -33,6 +33,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+_INT32 = 2**31 - 1  # SGLang's priority is a 32-bit int
+
 
 @dataclass(slots=True)
 class ProgramInfo:
@@ -112,7 +114,7 @@ class SchedulingPolicy:
                         resolution: float = 1.0) -> int:
         """SGLang's request ``priority``: ``priority()`` in units of ``resolution``, negated
         unless ``low_first`` (server flag ``--schedule-low-priority-values-first``)."""
-        v = round(self.priority(ticket, now) / resolution)
+        v = max(-_INT32, min(_INT32, round(self.priority(ticket, now) / resolution)))
         return int(v if low_first else -v)
 
     def rank(self, tickets: Iterable[Ticket], now: float, *, low_first: bool = False) -> dict[str, int]:
@@ -291,29 +293,23 @@ class Scheduler:
         not fit, nothing behind it is admitted, so aging keeps its no-starvation promise.
         A gang that can never fit at once, or whose program already runs, is admitted in part.
         """
-        if not self._waiting:
+        lim = self.limits
+        if not self._waiting or (lim.max_requests is not None and self._inflight_requests >= lim.max_requests):
             return []
         now = self.clock()
         for t in self._waiting:  # LPM: a program's prefix is warm while it is resident
             t.cached = t.program.prefix_tokens if t.program.prefix_resident else 0
         admitted: list[Ticket] = []
         for group in self._groups(self.policy.order(self._waiting, now)):
-            if self.unlimited or self._fits(group):
-                take = group
-            elif group[0].program.inflight > 0 or not self._could_ever_fit(group):
-                take = []
-                for t in group:
-                    if not self._fits([t]):
-                        break
-                    take.append(t)
-            else:
-                break
-            for t in take:
+            whole = self.unlimited or self._fits(group)
+            if not whole and group[0].program.inflight == 0 and self._could_ever_fit(group):
+                break  # wait until the whole gang fits
+            for t in group:
+                if not whole and not self._fits([t]):
+                    return admitted
                 self._waiting.remove(t)
                 self._take(t)
                 admitted.append(t)
-            if len(take) < len(group):
-                break
         return admitted
 
     def release(self, t: Ticket) -> None:

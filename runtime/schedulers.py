@@ -58,7 +58,7 @@ class LPM(SchedulingPolicy):
     def order(self, tickets, now: float) -> list[Ticket]:
         tickets = list(tickets)
         if self.fallback_above is not None and len(tickets) > self.fallback_above:
-            return SchedulingPolicy.order(self, tickets, now)
+            return sorted(tickets, key=lambda t: (t.enqueued, t.seq))
         return sorted(tickets, key=lambda t: self.key(t, now))
 
     def priority(self, ticket: Ticket, now: float) -> float:

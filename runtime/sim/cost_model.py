@@ -1,0 +1,152 @@
+"""Iteration cost model ``t = a + b·N + c·K + d·P (+ o)`` and measured iteration records.
+
+* ``N``: tokens processed in the iteration (1 per decoding request + prefill tokens);
+* ``K``: KV tokens read by the decoding requests (sum of their context lengths);
+* ``P``: prefill query·key pairs, ``Σ n_i·(p_i + n_i/2)`` over prefill chunks with ``n_i``
+  new and ``p_i`` already cached tokens (:func:`prefill_pairs`).
+
+Engines that can time their iterations (the CPU llama.cpp engine) log one
+:class:`IterationRecord` per iteration with :class:`RecordWriter`; :mod:`.fit` fits the
+coefficients to such a log and :func:`load_records` reads it back.
+
+Example:
+    >>> m = CostModel(a=0.005, b=2e-5, c=5e-8, d=1e-9)
+    >>> round(m.iteration_time(n=256, k=256 * 1000, p=0) * 1000, 3)   # ms
+    22.92
+    >>> prefill_pairs(new=4, cached=10)
+    48.0
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import IO
+
+from ..errors import ConfigError
+
+
+def prefill_pairs(new: int, cached: int) -> float:
+    """Query·key pairs of prefilling ``new`` tokens after ``cached`` ones: ``n·(p + n/2)``."""
+    return new * (cached + new / 2.0)
+
+
+@dataclass(frozen=True, slots=True)
+class CostModel:
+    """Seconds per engine iteration. ``b_small`` (if set) replaces ``b`` when ``N <= small_n``."""
+
+    a: float
+    b: float
+    c: float
+    d: float
+    o: float = 0.0
+    b_small: float | None = None
+    small_n: int = 256
+
+    def __post_init__(self) -> None:
+        if min(self.a, self.b, self.c, self.d, self.o) < 0:
+            raise ConfigError(f"cost model coefficients must be >= 0: {self}")
+
+    def per_token(self, n: int) -> float:
+        return self.b_small if self.b_small is not None and n <= self.small_n else self.b
+
+    def iteration_time(self, n: int, k: float, p: float) -> float:
+        """Seconds for one iteration with ``n`` tokens, ``k`` KV reads and ``p`` prefill pairs."""
+        return self.a + self.o + self.per_token(n) * n + self.c * k + self.d * p
+
+    def as_dict(self) -> dict[str, float | int | None]:
+        return asdict(self)
+
+
+@dataclass(frozen=True, slots=True)
+class IterationRecord:
+    """One measured engine iteration: the cost model's inputs and the wall time it took.
+
+    ``n_decode``/``n_prefill`` count requests (informational); ``source`` names the engine
+    and machine, e.g. ``"llamacpp:qwen2.5-0.5b-q4:2core"``.
+    """
+
+    n_tokens: int
+    kv_read: int
+    prefill_pairs: float
+    seconds: float
+    n_decode: int = 0
+    n_prefill: int = 0
+    source: str = ""
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), separators=(",", ":"))
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "IterationRecord":
+        names = {f.name for f in fields(cls)}
+        missing = {"n_tokens", "kv_read", "prefill_pairs", "seconds"} - set(data)
+        if missing:
+            raise ConfigError(f"iteration record lacks {sorted(missing)}")
+        rec = cls(**{k: v for k, v in data.items() if k in names})
+        if rec.n_tokens < 0 or rec.kv_read < 0 or rec.prefill_pairs < 0 or not rec.seconds >= 0:
+            raise ConfigError(f"iteration record has negative values: {data}")
+        return rec
+
+
+class RecordWriter:
+    """Append :class:`IterationRecord` lines to a JSONL file (engines use this to log).
+
+    Example::
+
+        with RecordWriter("iters.jsonl", source="llamacpp:cpu") as log:
+            log.write(n_tokens=8, kv_read=4000, prefill_pairs=0, seconds=0.061, n_decode=8)
+    """
+
+    def __init__(self, path: str | Path, source: str = "") -> None:
+        self.path = Path(path)
+        self.source = source
+        self._fh: IO[str] | None = None
+
+    def write(self, record: IterationRecord | None = None, **fields_: float) -> None:
+        if record is None:
+            record = IterationRecord(source=self.source, **fields_)  # type: ignore[arg-type]
+        if self._fh is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._fh = self.path.open("a", encoding="utf-8")
+        self._fh.write(record.to_json() + "\n")
+
+    def close(self) -> None:
+        if self._fh is not None:
+            self._fh.close()
+            self._fh = None
+
+    def __enter__(self) -> "RecordWriter":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def load_records(path: str | Path) -> list[IterationRecord]:
+    """Read an iteration-record JSONL file; ConfigError names the bad line."""
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"iteration record file {str(p)!r} does not exist")
+    out = []
+    for no, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            out.append(IterationRecord.from_dict(json.loads(line)))
+        except (json.JSONDecodeError, TypeError, ConfigError) as exc:
+            raise ConfigError(f"{p.name}:{no}: bad iteration record ({exc})") from None
+    return out
+
+
+def save_records(records: Iterable[IterationRecord], path: str | Path) -> Path:
+    """Write records as JSONL (overwrites)."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text("".join(r.to_json() + "\n" for r in records), encoding="utf-8")
+    return p
+
+
+__all__ = ["CostModel", "IterationRecord", "RecordWriter", "load_records", "prefill_pairs", "save_records"]

@@ -1,0 +1,133 @@
+"""Fit the cost model to measured iterations; validate predicted vs measured completion times.
+
+:func:`fit_cost_model` solves ``seconds ≈ a + b·N + c·K + d·P`` by non-negative least
+squares (columns scaled, exact NNLS by enumerating active sets — 4 unknowns), and reports
+the iteration-level MAPE (Vidur's acceptance bar is < 10%). :func:`validate` compares
+program completion times the simulator predicted with those an engine measured and
+reports the median relative error.
+
+Example:
+    >>> from certa.runtime.sim.cost_model import CostModel, IterationRecord
+    >>> true = CostModel(a=0.01, b=1e-4, c=1e-6, d=1e-8)
+    >>> recs = [IterationRecord(n, k, p, true.iteration_time(n, k, p))
+    ...         for n, k, p in [(1, 100, 0), (8, 4000, 0), (64, 0, 2e5), (16, 9000, 0), (128, 0, 9e5)]]
+    >>> fit = fit_cost_model(recs)
+    >>> round(fit.model.a, 6), round(fit.mape, 6)
+    (0.01, 0.0)
+"""
+
+from __future__ import annotations
+
+import itertools
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import ConfigError
+from .cost_model import CostModel, IterationRecord
+
+
+def nnls(A: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Exact non-negative least squares ``min ||Ax - y||, x >= 0`` for a few columns.
+
+    Tries every active set (2^n unconstrained least-squares solves); fine for n <= 10.
+    """
+    m, n = A.shape
+    if n > 10:
+        raise ValueError("nnls here is for small problems (<= 10 columns)")
+    best, best_res = np.zeros(n), float(np.sum(y ** 2))
+    for r in range(1, n + 1):
+        for cols in itertools.combinations(range(n), r):
+            sub = A[:, cols]
+            x, *_ = np.linalg.lstsq(sub, y, rcond=None)
+            if np.any(x < 0):
+                continue
+            res = float(np.sum((sub @ x - y) ** 2))
+            if res < best_res - 1e-18 * max(1.0, best_res):
+                full = np.zeros(n)
+                full[list(cols)] = x
+                best, best_res = full, res
+    return best
+
+
+@dataclass(frozen=True, slots=True)
+class FitReport:
+    """A fitted model and how well it explains the records it was fitted on."""
+
+    model: CostModel
+    n: int
+    mape: float  # mean absolute percentage error over the records (fraction)
+    max_rel_err: float
+
+    def as_dict(self) -> dict:
+        return {"model": self.model.as_dict(), "n": self.n, "mape": self.mape, "max_rel_err": self.max_rel_err}
+
+
+def _design(records: Sequence[IterationRecord]) -> tuple[np.ndarray, np.ndarray]:
+    A = np.array([[1.0, r.n_tokens, r.kv_read, r.prefill_pairs] for r in records], dtype=float)
+    y = np.array([r.seconds for r in records], dtype=float)
+    return A, y
+
+
+def iteration_errors(model: CostModel, records: Sequence[IterationRecord]) -> list[float]:
+    """Relative error ``|pred - measured| / measured`` per record (records with 0 s skipped)."""
+    return [abs(model.iteration_time(r.n_tokens, r.kv_read, r.prefill_pairs) - r.seconds) / r.seconds
+            for r in records if r.seconds > 0]
+
+
+def fit_cost_model(records: Sequence[IterationRecord], *, relative: bool = True) -> FitReport:
+    """Fit ``(a, b, c, d)`` >= 0 to measured iterations.
+
+    ``relative=True`` weights each record by ``1/seconds`` (minimises relative error, which
+    is what MAPE measures); otherwise plain least squares on seconds.
+    """
+    if len(records) < 4:
+        raise ConfigError(f"need at least 4 iteration records to fit 4 coefficients, got {len(records)}")
+    A, y = _design(records)
+    if np.any(y <= 0) and relative:
+        keep = y > 0
+        A, y = A[keep], y[keep]
+    w = 1.0 / y if relative else np.ones_like(y)
+    Aw, yw = A * w[:, None], y * w
+    scale = np.linalg.norm(Aw, axis=0)
+    scale[scale == 0] = 1.0
+    x = nnls(Aw / scale, yw) / scale
+    model = CostModel(a=float(x[0]), b=float(x[1]), c=float(x[2]), d=float(x[3]))
+    errs = iteration_errors(model, records)
+    return FitReport(model=model, n=len(records), mape=float(np.mean(errs)) if errs else 0.0,
+                     max_rel_err=float(np.max(errs)) if errs else 0.0)
+
+
+@dataclass(frozen=True, slots=True)
+class ValidationReport:
+    """Predicted vs measured program completion times (relative errors)."""
+
+    n: int
+    median_rel_err: float
+    mean_rel_err: float
+    p90_rel_err: float
+    missing: tuple[str, ...] = ()
+
+    def as_dict(self) -> dict:
+        return {"n": self.n, "median_rel_err": self.median_rel_err, "mean_rel_err": self.mean_rel_err,
+                "p90_rel_err": self.p90_rel_err, "missing": list(self.missing)}
+
+
+def validate(predicted: Mapping[str, float], measured: Mapping[str, float]) -> ValidationReport:
+    """Compare completion times (or latencies) by program id: ``|pred - meas| / meas``.
+
+    Programs present in only one mapping are listed in ``missing`` and left out.
+    """
+    common = [k for k in measured if k in predicted and measured[k] > 0]
+    if not common:
+        raise ConfigError("no program is both predicted and measured (with a positive time)")
+    errs = sorted(abs(predicted[k] - measured[k]) / measured[k] for k in common)
+    missing = tuple(sorted(set(predicted) ^ set(measured)))
+    p90 = errs[min(len(errs) - 1, int(round(0.9 * (len(errs) - 1))))]
+    return ValidationReport(n=len(errs), median_rel_err=statistics.median(errs),
+                            mean_rel_err=statistics.fmean(errs), p90_rel_err=p90, missing=missing)
+
+
+__all__ = ["FitReport", "ValidationReport", "fit_cost_model", "iteration_errors", "nnls", "validate"]

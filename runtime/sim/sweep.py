@@ -1,0 +1,188 @@
+"""Online-serving experiment on the simulator: SLO attainment vs arrival rate and SLO scale.
+
+For each policy, the same Poisson workload is simulated at a grid of arrival rates; the
+largest rate with >= 90% of programs meeting their deadline is refined by bisection. The
+SLO-scale sweep evaluates one run per policy (at ``slo_rate``) against tighter and looser
+deadlines (no policy reads deadlines, so one run serves every scale).
+
+Deadlines: ``uniform`` (default, the paper's) — every program gets the same SLO,
+``slo_scale × mean standalone latency`` of the workload's programs (each run alone at full
+budget on the idle simulated engine); ``oracle`` — ``slo_scale ×`` the program's OWN
+standalone latency (uses each program's true length: ORACLE information).
+
+Which programs use certaindex early exit (``exit_mode``): ``system`` (default) — only
+``certa`` (the baselines are systems without certaindex, and ``certa-nocd`` is certa's
+scheduler without it); ``all`` — every policy (isolates scheduling); ``none``.
+Gang policies (``app-fifo``, ``certa-nocd``, ``certa``) get certa's admission control
+(engine batch size and KV pool, scaled by ``admission``); ``fcfs``/``lpm`` pass every
+request to the engine as SGLang does.
+
+Example:
+    >>> from certa.runtime.sim.synth import synth_traces
+    >>> out = run_sweep(synth_traces(6, seed=0), SweepSpec(policies=["fcfs", "certa"], n_programs=12,
+    ...                 rates=[0.05, 0.1], slo_scales=[2.0], refine=0))
+    >>> sorted(out["max_rate"]), out["simulator"]
+    (['certa', 'fcfs'], True)
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any, Literal
+
+from ..errors import ConfigError
+from ..schedulers import POLICIES
+from .engine import EngineConfig
+from .metrics import max_rate_at, summarize
+from .presets import get_preset
+from .simulator import SimResult, default_limits, simulate, standalone_latency
+from .traces import TraceProblem
+from .workload import ProgramConfig, ProgramSpec, make_workload
+
+GANG = ("app-fifo", "certa-nocd", "certa")
+
+
+@dataclass
+class SweepSpec:
+    """Everything that defines one online experiment (all of it lands in the JSON)."""
+
+    preset: str = "h200-r1-distill-qwen-7b"
+    policies: list[str] = field(default_factory=lambda: ["fcfs", "lpm", "app-fifo", "certa-nocd", "certa"])
+    kind: Literal["sc", "cot", "mix"] = "sc"
+    n_programs: int = 300
+    prompt_tokens: int = 200
+    rates: list[float] | None = None  # None: a grid around the estimated capacity
+    slo_scale: float = 3.0
+    slo_scales: list[float] = field(default_factory=lambda: [1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0])
+    slo_rate: float | None = None  # None: fcfs's max rate (else the lowest grid rate)
+    deadline: Literal["uniform", "oracle"] = "uniform"
+    exit_mode: Literal["system", "all", "none"] = "system"
+    target: float = 0.9
+    refine: int = 4  # bisection steps on each policy's max rate
+    admission: float = 1.0  # gang policies' admission limits as a fraction of the engine's
+    max_running: int = 256
+    seed: int = 0
+    program: ProgramConfig = field(default_factory=ProgramConfig)
+
+    def check(self) -> None:
+        bad = [p for p in self.policies if p not in POLICIES]
+        if bad:
+            raise ConfigError(f"unknown policies {bad}", hint=f"choose from {', '.join(POLICIES)}")
+        if self.n_programs < 1 or self.slo_scale <= 0 or not 0 < self.target <= 1 or self.admission <= 0:
+            raise ConfigError("n_programs, slo_scale, admission must be > 0 and target in (0, 1]")
+
+
+class Experiment:
+    """One workload on one simulated engine; runs policies at rates (with caching)."""
+
+    def __init__(self, problems: list[TraceProblem], spec: SweepSpec) -> None:
+        spec.check()
+        self.spec, self.problems = spec, problems
+        self.preset = get_preset(spec.preset)
+        self.engine = EngineConfig(self.preset.kv_capacity, max_running=spec.max_running)
+        base = make_workload(problems, n=spec.n_programs, rate=1.0, seed=spec.seed, kind=spec.kind,
+                             prompt_tokens=spec.prompt_tokens)
+        self.alone = {s.pid: standalone_latency(s, self.engine, self.preset.cost, config=spec.program) for s in base}
+        self.slo_ref = statistics.fmean(self.alone.values())
+        self._runs: dict[tuple[str, float], SimResult] = {}
+
+    def early_exit(self, policy: str) -> bool:
+        return {"system": policy == "certa", "all": True, "none": False}[self.spec.exit_mode]
+
+    def workload(self, rate: float) -> list[ProgramSpec]:
+        s = self.spec
+        return make_workload(self.problems, n=s.n_programs, rate=rate, seed=s.seed, kind=s.kind,
+                             prompt_tokens=s.prompt_tokens)
+
+    def run(self, policy: str, rate: float) -> SimResult:
+        key = (policy, rate)
+        if key not in self._runs:
+            lim = None
+            if policy in GANG:
+                d = default_limits(self.engine)
+                lim = replace(d, max_requests=max(1, int(d.max_requests * self.spec.admission)),  # type: ignore[operator]
+                              kv_tokens=int(d.kv_tokens * self.spec.admission))  # type: ignore[operator]
+            self._runs[key] = simulate(self.workload(rate), policy, self.engine, self.preset.cost, limits=lim,
+                                       config=self.spec.program, early_exit=self.early_exit(policy))
+        return self._runs[key]
+
+    def slo(self, pid: str, scale: float) -> float:
+        return scale * (self.alone[pid] if self.spec.deadline == "oracle" else self.slo_ref)
+
+    def attainment(self, res: SimResult, scale: float) -> float:
+        return sum(r.latency <= self.slo(r.pid, scale) + 1e-9 for r in res.records) / len(res.records)
+
+    def default_rates(self) -> list[float]:
+        """A geometric grid from 0.1× to 4× a rough capacity estimate (full-budget programs)."""
+        tokens = statistics.fmean(r.tokens for r in self.run("fcfs", 1e-3).records)
+        cost, R = self.preset.cost, self.engine.max_running
+        tps = R / cost.iteration_time(R, R * (self.spec.prompt_tokens + tokens / 16), 0.0)
+        cap = tps / max(tokens, 1.0)
+        return [round(cap * 0.1 * 40 ** (i / 13), 5) for i in range(14)]
+
+
+def _bisect(exp: Experiment, policy: str, lo: float, hi: float, steps: int, scale: float, target: float) -> float:
+    for _ in range(steps):
+        mid = math.sqrt(lo * hi)
+        if exp.attainment(exp.run(policy, mid), scale) >= target:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+def run_sweep(problems: list[TraceProblem], spec: SweepSpec,
+              progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Run the whole experiment and return a JSON-ready dict (see docs/scheduling.md)."""
+    exp = Experiment(problems, spec)
+    say = progress or (lambda msg: None)
+    rates = sorted(spec.rates or exp.default_rates())
+    out: dict[str, Any] = {
+        "simulator": True, "note": "SIMULATED serving; cost model = " + exp.preset.note,
+        "spec": {**asdict(spec), "program": asdict(spec.program)},
+        "preset": {"name": exp.preset.name, "hardware": exp.preset.hardware, "model": exp.preset.model,
+                   "estimate": exp.preset.estimate, "cost": exp.preset.cost.as_dict(),
+                   "kv_capacity": exp.preset.kv_capacity},
+        "workload": {"problems": len(problems), "models": sorted({p.model for p in problems}),
+                     "standalone_latency_s": {"mean": exp.slo_ref, "max": max(exp.alone.values())},
+                     "uniform_slo_s": spec.slo_scale * exp.slo_ref if spec.deadline == "uniform" else None},
+        "rates": rates, "rate_sweep": {}, "max_rate": {}, "ratios": {},
+    }
+    for pol in spec.policies:
+        rows = []
+        for rate in rates:
+            res = exp.run(pol, rate)
+            summ = summarize(res.records, cdf_points=20)
+            summ["attainment"] = exp.attainment(res, spec.slo_scale)
+            rows.append({"rate": rate, **summ, "preemptions": res.stats.preemptions})
+            say(f"{pol:>10} rate {rate:.4g}/s attainment {summ['attainment']:.3f} "
+                f"P90 latency {summ['latency']['p90']:.1f}s")
+        out["rate_sweep"][pol] = rows
+        coarse = max_rate_at(rates, [r["attainment"] for r in rows], spec.target)
+        if coarse is not None and spec.refine:
+            above = [r for r in rates if r > coarse]
+            lo = max(r for r in rates if r <= coarse)
+            coarse = _bisect(exp, pol, lo, above[0], spec.refine, spec.slo_scale, spec.target) if above else coarse
+        out["max_rate"][pol] = coarse
+        say(f"{pol:>10} max rate at >= {spec.target:.0%} attainment: {coarse}")
+    mr = out["max_rate"]
+    for base in ("fcfs", "lpm", "app-fifo", "certa-nocd"):
+        if "certa" in mr and base in mr and mr["certa"] and mr[base]:
+            out["ratios"][f"certa/{base}"] = round(mr["certa"] / mr[base], 3)
+    slo_rate = spec.slo_rate or mr.get("fcfs") or rates[0]
+    out["slo_sweep"] = {"rate": slo_rate, "scales": spec.slo_scales, "attainment": {}, "min_scale": {},
+                        "fairness": {}}
+    for pol in spec.policies:
+        res = exp.run(pol, slo_rate)
+        att = [exp.attainment(res, s) for s in spec.slo_scales]
+        out["slo_sweep"]["attainment"][pol] = att
+        ok = [s for s, a in zip(spec.slo_scales, att) if a >= spec.target]
+        out["slo_sweep"]["min_scale"][pol] = min(ok) if ok else None
+        out["slo_sweep"]["fairness"][pol] = summarize(res.records)["fairness"]
+    return out
+
+
+__all__ = ["Experiment", "GANG", "SweepSpec", "run_sweep"]

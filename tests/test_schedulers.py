@@ -1,0 +1,304 @@
+"""Scheduler policies: gang, SJF, aging, admission limits, abort, determinism, Runtime integration."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+
+import pytest
+
+from certa.runtime import AdmissionLimits, Knob, Program, Runtime, ScriptedBackend, Scheduler, Threshold
+from certa.runtime.errors import ConfigError
+from certa.runtime.scheduler import ProgramInfo, SchedulingPolicy, Ticket
+from certa.runtime.schedulers import POLICIES, CertaSJF, make_policy, remaining_steps
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def sched(policy: str | SchedulingPolicy, clock: Clock | None = None, **limits) -> Scheduler:
+    pol = make_policy(policy) if isinstance(policy, str) else policy
+    return Scheduler(pol, AdmissionLimits(**limits), clock=clock or Clock())
+
+
+def submit(s: Scheduler, info: ProgramInfo, n: int, est: int = 0) -> list[Ticket]:
+    ts = [s.ticket(f"{info.program_id}-{i}", info, est_tokens=est) for i in range(n)]
+    for t in ts:
+        s.submit(t)
+    return ts
+
+
+def rids(ts) -> list[str]:
+    return [t.rid for t in ts]
+
+
+def test_make_policy_names_and_errors():
+    assert set(POLICIES) == {"fcfs", "lpm", "app-fifo", "certa", "certa-nocd"}
+    for name in POLICIES:
+        assert make_policy(name).name == name
+    with pytest.raises(ConfigError):
+        make_policy("sjf")
+    with pytest.raises(ConfigError):
+        make_policy("certa", bogus=1)
+
+
+@pytest.mark.parametrize("policy", ["app-fifo", "certa", "certa-nocd"])
+def test_gang_admits_a_programs_requests_together(policy):
+    s = sched(policy, max_requests=3)
+    a, b = ProgramInfo("a", 0.0, knob_cap=2), ProgramInfo("b", 1.0, knob_cap=4)
+    for i in range(3):  # interleaved arrival: a0 b0 a1 b1 a2 b2
+        for p in (a, b):
+            s.submit(s.ticket(f"{p.program_id}{i}", p))
+    first = s.admit()
+    assert rids(first) == ["a0", "a1", "a2"]
+    for t in first:
+        s.release(t)
+    assert rids(s.admit()) == ["b0", "b1", "b2"]
+
+
+def test_fcfs_interleaves_where_gang_does_not():
+    s = sched("fcfs", max_requests=3)
+    a, b = ProgramInfo("a", 0.0), ProgramInfo("b", 0.0)
+    for i in range(3):
+        for p in (a, b):
+            s.submit(s.ticket(f"{p.program_id}{i}", p))
+    assert rids(s.admit()) == ["a0", "b0", "a1"]
+
+
+def test_gang_larger_than_limits_is_admitted_in_part_and_keeps_its_place():
+    s = sched("certa", max_requests=2)
+    big = ProgramInfo("big", 0.0, est_remaining_tokens=10.0)
+    other = ProgramInfo("other", 0.0, est_remaining_tokens=1000.0)
+    submit(s, other, 1)
+    ts = submit(s, big, 4)
+    got = s.admit()
+    assert rids(got) == ["big-0", "big-1"]
+    s.release(got[0])
+    assert rids(s.admit()) == ["big-2"]  # its gang is running: the rest joins before "other"
+    assert s.queue_depth == 2 and ts[3] in s.pending("big")
+
+
+def test_sjf_orders_programs_by_estimated_remaining_work():
+    pol = make_policy("certa", aging=0.0)
+    infos = [ProgramInfo(n, 0.0, est_remaining_tokens=r) for n, r in (("p500", 500.0), ("p50", 50.0), ("p5k", 5e3))]
+    ts = [Ticket(f"{p.program_id}-t", p, 0.0, seq=i) for i, p in enumerate(infos)]
+    assert rids(pol.order(ts, 0.0)) == ["p50-t", "p500-t", "p5k-t"]
+
+
+def test_sjf_estimate_before_any_certaindex_uses_cap_times_history():
+    pol = CertaSJF(aging=0.0, prior_tokens_per_step=100.0)
+    short, long = ProgramInfo("s", 0.0, knob_cap=2), ProgramInfo("l", 0.0, knob_cap=8)
+    assert pol.remaining(short) == 200.0 and pol.remaining(long) == 800.0
+    pol.observe_finish(ProgramInfo("done", 0.0, tokens=3000, knob_used=6))
+    assert pol.remaining(short) == 1000.0  # history: 500 tokens per step
+
+
+def test_nocd_ignores_certaindex_estimates():
+    nocd, certa = make_policy("certa-nocd", aging=0.0), make_policy("certa", aging=0.0)
+    sure = ProgramInfo("sure", 0.0, knob_used=4, knob_cap=16, tokens_per_step=100.0, certaindex=1.0,
+                       est_remaining_tokens=0.0)
+    unsure = ProgramInfo("unsure", 0.0, knob_used=8, knob_cap=16, tokens_per_step=100.0, certaindex=0.1,
+                         est_remaining_tokens=800.0)
+    ts = [Ticket("sure-0", sure, 0.0, seq=0), Ticket("unsure-0", unsure, 0.0, seq=1)]
+    assert rids(certa.order(ts, 0.0)) == ["sure-0", "unsure-0"]
+    assert rids(nocd.order(ts, 0.0)) == ["unsure-0", "sure-0"]  # by progress only: 8 left vs 12 left
+
+
+def test_remaining_steps_follows_certaindex_and_threshold():
+    class P(Program):
+        knob = Knob("branches", cap=16)
+
+        async def execute(self, ctx):  # pragma: no cover
+            return False
+
+    p, pol = P(), Threshold(0.6, detect_at=4, every=4)
+    assert remaining_steps(pol, p) == 16  # no certaindex yet: until the cap
+    p.knob_used = 2
+    p.trajectory.append(type("Pt", (), {"value": 0.9})())
+    assert remaining_steps(pol, p) == 2  # passes already: stops at the detection step
+    p.trajectory[-1].value = 0.0
+    assert remaining_steps(pol, p) == 14  # hopeless so far: 2 to the check + all 12 after
+    assert remaining_steps(None, p) == 14
+
+
+def run_stream(aging: float, horizon: int = 60) -> int | None:
+    """A long program queued behind a never-ending stream of short ones, one slot.
+
+    Returns the tick at which the long program got the slot (None = starved)."""
+    clock = Clock()
+    s = sched(make_policy("certa", aging=aging), clock, max_requests=1)
+    long = ProgramInfo("long", 0.0, est_remaining_tokens=5000.0)
+    s.register(long)
+    submit(s, long, 1)
+    running: Ticket | None = None
+    for tick in range(horizon):
+        clock.t = float(tick)
+        short = ProgramInfo(f"s{tick}", clock.t, est_remaining_tokens=100.0)
+        s.register(short)
+        submit(s, short, 1)
+        if running is not None:
+            s.release(running)
+        got = s.admit()
+        running = got[0] if got else running
+        if running is not None and running.program is long:
+            return tick
+    return None
+
+
+def test_aging_lets_a_long_program_finish_under_a_stream_of_short_ones():
+    assert run_stream(aging=0.0) is None  # pure SJF starves it
+    tick = run_stream(aging=200.0)
+    assert tick is not None and tick <= 30  # 4900 tokens of head start / 200 per second ≈ 25 s
+
+
+def test_admission_limits_are_never_exceeded():
+    rng = random.Random(7)
+    lim = dict(max_requests=5, max_tokens=400, kv_tokens=900)
+    s = sched("certa", **lim)
+    infos = [ProgramInfo(f"p{i}", float(i), prefix_tokens=rng.choice([0, 50]), est_remaining_tokens=rng.random() * 1e3)
+             for i in range(12)]
+    for p in infos:
+        s.register(p)
+    running: list[Ticket] = []
+    for step in range(300):
+        if rng.random() < 0.6:
+            p = rng.choice(infos)
+            s.submit(s.ticket(f"r{step}", p, est_tokens=rng.randint(10, 120)))
+        if running and rng.random() < 0.5:
+            s.release(running.pop(rng.randrange(len(running))))
+        running += s.admit()
+        assert s.inflight == len(running) <= lim["max_requests"]
+        assert len(running) <= 1 or sum(t.est_tokens for t in running) <= lim["max_tokens"]
+        assert len(running) <= 1 or s.kv_in_use <= lim["kv_tokens"]
+
+
+def test_kv_budget_evicts_idle_programs_prefixes_first():
+    evicted: list[str] = []
+    s = Scheduler(make_policy("fcfs"), AdmissionLimits(kv_tokens=1000), clock=Clock(), on_evict=evicted.append)
+    idle, busy, new = (ProgramInfo(n, 0.0, prefix_tokens=300) for n in ("idle", "busy", "new"))
+    for p in (idle, busy, new):
+        s.register(p)
+    t_idle = submit(s, idle, 1, est=100)[0]
+    submit(s, busy, 1, est=100)
+    assert len(s.admit()) == 2 and s.kv_in_use == 800
+    s.release(t_idle)  # "idle" keeps its prefix resident while it thinks
+    assert s.kv_in_use == 700
+    submit(s, new, 1, est=100)
+    assert rids(s.admit()) == ["new-0"]  # needs 400: the idle prefix goes, the busy one stays
+    assert evicted == ["idle"] and not idle.prefix_resident and busy.prefix_resident
+
+
+def test_lpm_prefers_cached_prefixes_and_falls_back_to_fcfs():
+    pol = make_policy("lpm")
+    a, b = ProgramInfo("a", 0.0), ProgramInfo("b", 0.0)
+    ts = [Ticket("a0", a, 0.0, seq=0, cached=0), Ticket("b0", b, 1.0, seq=1, cached=500)]
+    assert rids(pol.order(ts, 2.0)) == ["b0", "a0"]
+    many = [Ticket(f"x{i}", a, float(i), seq=i, cached=i) for i in range(200)]
+    assert pol.order(many, 0.0)[0].rid == "x0"  # > 128 waiting: FCFS, as SGLang does
+
+
+def test_sglang_priority_mapping():
+    pol = make_policy("certa", aging=0.0)
+    a = ProgramInfo("a", 0.0, est_remaining_tokens=10.0)
+    b = ProgramInfo("b", 0.0, est_remaining_tokens=900.0)
+    ts = [Ticket("a0", a, 0.0, seq=0), Ticket("a1", a, 0.0, seq=1), Ticket("b0", b, 0.0, seq=2)]
+    assert pol.rank(ts, 0.0) == {"a0": 1, "a1": 1, "b0": 0}  # SGLang default: higher runs first; gang = one rank
+    assert pol.rank(ts, 0.0, low_first=True) == {"a0": 0, "a1": 0, "b0": 1}
+    assert pol.sglang_priority(ts[0], 0.0) > pol.sglang_priority(ts[2], 0.0)
+    assert pol.sglang_priority(ts[0], 0.0, low_first=True) < pol.sglang_priority(ts[2], 0.0, low_first=True)
+    assert pol.priority(ts[0], 0.0) < pol.priority(ts[2], 0.0)  # certa's convention: lower = sooner
+
+
+def test_admission_is_deterministic():
+    def trace() -> list[str]:
+        rng = random.Random(3)
+        s = sched("certa", max_requests=3)
+        infos = [ProgramInfo(f"p{i}", float(i), est_remaining_tokens=float(rng.randint(1, 9) * 100)) for i in range(6)]
+        out, running = [], []
+        for step in range(60):
+            s.submit(s.ticket(f"r{step}", rng.choice(infos)))
+            if running and step % 2:
+                s.release(running.pop(0))
+            got = s.admit()
+            running += got
+            out += rids(got)
+        return out
+
+    assert trace() == trace()
+
+
+async def test_abort_frees_capacity_at_once():
+    s = Scheduler(make_policy("certa"), AdmissionLimits(max_requests=1))
+    a, b = ProgramInfo("a", 0.0), ProgramInfo("b", 0.0)
+    hold = asyncio.Event()
+    order: list[str] = []
+
+    async def use(info: ProgramInfo, rid: str) -> None:
+        t = s.ticket(rid, info)
+        await s.acquire(t)
+        order.append(rid)
+        try:
+            await hold.wait()
+        finally:
+            s.release(t)
+
+    ta = asyncio.ensure_future(use(a, "a0"))
+    await asyncio.sleep(0.01)
+    tb = asyncio.ensure_future(use(b, "b0"))
+    await asyncio.sleep(0.01)
+    assert order == ["a0"] and s.queue_depth == 1
+    ta.cancel()  # early exit: the runtime cancels the program's in-flight request
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+    assert order == ["a0", "b0"] and s.inflight == 1
+    waiting = asyncio.ensure_future(use(a, "a1"))
+    await asyncio.sleep(0.01)
+    waiting.cancel()  # cancelled while queued: it leaves the queue
+    await asyncio.sleep(0)
+    assert s.queue_depth == 0
+    hold.set()
+    await tb
+    assert s.inflight == 0
+
+
+class Fan(Program):
+    """``fan`` parallel requests per step, ``knob.cap`` steps."""
+
+    def __init__(self, tag: str, steps: int, fan: int = 2) -> None:
+        super().__init__()
+        self.knob = Knob("iterations", cap=steps)
+        self.tag, self.fan = tag, fan
+        self.state = {"answer": None}
+
+    async def execute(self, ctx) -> bool:
+        await asyncio.gather(*[ctx.gen(f"{self.tag} s{self.knob_used} b{i}", max_tokens=8) for i in range(self.fan)])
+        self.knob_used += 1
+        return True
+
+
+async def run_three(policy: str) -> list[str]:
+    """A 'hog' holds both slots while 'long' (4 steps) and then 'short' (1 step) queue up."""
+    backend = ScriptedBackend(responses=lambda r: "a b c", latency=lambda r: 0.05 if "hog" in r.prompt else 0.005)
+    rt = Runtime(backend, scheduler=Scheduler(policy=make_policy(policy), limits=AdmissionLimits(max_requests=2)))
+
+    async def later(prog: Program, delay: float):
+        await asyncio.sleep(delay)
+        return await rt.run(prog)
+
+    results = await asyncio.gather(rt.run(Fan("hog", 1)), later(Fan("long", 4), 0.01), later(Fan("short", 1), 0.02))
+    assert all(r.ok for r in results)
+    assert rt.scheduler.inflight == 0 and rt.scheduler.queue_depth == 0
+    return [r.prompt.split()[0] for r in backend.requests]
+
+
+async def test_runtime_programs_under_certa_scheduler():
+    order = await run_three("certa")
+    assert order[:2] == ["hog", "hog"]
+    assert order[2:4] == ["short", "short"]  # SJF: the 1-step program overtakes the 4-step one
+    assert order[4:] == ["long"] * 8  # gang: a program's requests go together
+    assert (await run_three("fcfs"))[2:4] == ["long", "long"]  # FCFS keeps arrival order

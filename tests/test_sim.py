@@ -1,0 +1,284 @@
+"""The discrete-event serving simulator: cost model, engine, fit, traces, workloads, metrics."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+
+import pytest
+
+from certa.runtime.errors import ConfigError, TraceFormatError
+from certa.runtime.sim.certainty import entropy_certainty, hesitant, majority, normalize, probe_certainty
+from certa.runtime.sim.cost_model import CostModel, IterationRecord, RecordWriter, load_records, prefill_pairs
+from certa.runtime.sim.engine import EngineConfig, SimEngine, SimRequest
+from certa.runtime.sim.fit import fit_cost_model, validate
+from certa.runtime.sim.metrics import attainment, max_rate_at, percentile, summarize
+from certa.runtime.sim.presets import PRESETS, get_preset
+from certa.runtime.sim.simulator import simulate, standalone_latency
+from certa.runtime.sim.synth import synth_traces, write_synth
+from certa.runtime.sim.traces import Probe, Sample, TraceProblem, load_traces
+from certa.runtime.sim.workload import ProgramConfig, ProgramSpec, make_workload, poisson_arrivals
+
+COST = CostModel(a=0.01, b=0.001, c=1e-5, d=1e-7)
+
+
+def drain(eng: SimEngine, now: float = 0.0, check=None) -> float:
+    while not eng.idle:
+        now, _ = eng.step(now)
+        if check:
+            check(eng)
+    return now
+
+
+# ---- cost model -----------------------------------------------------------------------
+def test_cost_model_arithmetic():
+    m = CostModel(a=1.0, b=2.0, c=3.0, d=4.0, o=0.5)
+    assert m.iteration_time(10, 100, 1000) == 1 + 0.5 + 20 + 300 + 4000
+    small = CostModel(a=0.0, b=1.0, c=0.0, d=0.0, b_small=0.5, small_n=4)
+    assert small.iteration_time(4, 0, 0) == 2.0 and small.iteration_time(5, 0, 0) == 5.0
+    assert prefill_pairs(new=100, cached=0) == 5000.0 and prefill_pairs(new=10, cached=90) == 950.0
+    with pytest.raises(ConfigError):
+        CostModel(a=-1.0, b=0.0, c=0.0, d=0.0)
+
+
+def test_presets_are_labelled_estimates():
+    assert {"h100-llama-3.1-8b", "h200-llama-3.1-8b", "h100-r1-distill-qwen-7b", "h200-r1-distill-qwen-7b"} <= set(PRESETS)
+    for p in PRESETS.values():
+        assert p.estimate and "ESTIMATE" in p.note
+    p = get_preset("h100-llama-3.1-8b")  # serving notes: bs=256 at 1,152 context ≈ 27 ms per step
+    assert 0.025 < p.cost.iteration_time(256, 256 * 1152, 0) < 0.029
+    with pytest.raises(ConfigError):
+        get_preset("tpu")
+
+
+# ---- engine ---------------------------------------------------------------------------
+def test_single_request_timing_matches_hand_computation():
+    for record in (False, True):
+        eng = SimEngine(EngineConfig(kv_capacity=10_000, reserve_ratio=0.0), COST, record=record)
+        eng.add(SimRequest("r", "p", prompt=100, output=5))
+        end = drain(eng)
+        prefill = 0.01 + 0.001 * 100 + 1e-7 * 5000  # one prefill iteration emits the first token
+        decode = sum(0.01 + 0.001 + 1e-5 * k for k in (101, 102, 103, 104))
+        assert end == pytest.approx(prefill + decode, rel=1e-12)
+        assert eng.stats.iterations == 5 and eng.kv_used == 0
+    assert [r.kv_read for r in eng.stats.records] == [0, 101, 102, 103, 104]
+
+
+def test_continuous_batching_joins_at_iteration_boundaries():
+    eng = SimEngine(EngineConfig(kv_capacity=10_000, reserve_ratio=0.0), COST, record=True)
+    a, b = SimRequest("a", "pa", prompt=10, output=50), SimRequest("b", "pb", prompt=10, output=20)
+    eng.add(a)
+    now, done = eng.step(0.0)  # prefill a
+    now, done = eng.step(now, until=now + 0.1)  # decode a until just past +0.1 s
+    assert not done and 5 < a.generated < 50
+    eng.add(b, now)
+    end = drain(eng, now)
+    assert b.admitted_at == pytest.approx(now) and b.finished_at < a.finished_at
+    assert any(r.n_decode == 2 for r in eng.stats.records)  # a and b decoded in the same iteration
+    sequential = 0.0
+    for r in (SimRequest("a", "pa", prompt=10, output=50), SimRequest("b", "pb", prompt=10, output=20)):
+        alone = SimEngine(EngineConfig(kv_capacity=10_000, reserve_ratio=0.0), COST)
+        alone.add(r)
+        sequential += drain(alone)
+    assert end < sequential - 15 * 0.01  # b's decodes rode along a's iterations
+
+
+def test_kv_capacity_forces_preemption_and_recompute():
+    cfg = EngineConfig(kv_capacity=300, reserve_ratio=0.0)
+    eng = SimEngine(cfg, COST)
+    reqs = [SimRequest(f"r{i}", f"p{i}", prompt=50, output=200) for i in range(2)]
+    for r in reqs:
+        eng.add(r)
+
+    def check(e: SimEngine) -> None:
+        assert e.kv_used <= cfg.kv_capacity
+
+    drain(eng, check=check)
+    assert all(r.finished_at is not None and r.generated == 200 for r in reqs)
+    assert eng.stats.preemptions >= 1 and sum(r.preemptions for r in reqs) == eng.stats.preemptions
+    assert eng.stats.prefill_tokens > 100  # the retracted request recomputed its context
+
+
+def test_prefix_cache_sharing_and_idle_eviction():
+    eng = SimEngine(EngineConfig(kv_capacity=1_000, reserve_ratio=0.0), COST)
+    for i in range(2):
+        eng.add(SimRequest(f"p{i}", "p", prompt=300, output=10, shared=300))
+    drain(eng)
+    assert eng.stats.cached_tokens == 300 and eng.stats.prefill_tokens == 300  # computed once
+    assert eng.kv_used == 300  # the idle program's prefix stays cached
+    eng.add(SimRequest("q", "q", prompt=800, output=10, shared=800))
+    drain(eng)
+    assert eng.stats.evictions == 1 and eng.prefix["p"] == 0
+    eng.drop_program("q")
+    assert eng.kv_used == 0
+
+
+def test_abort_frees_kv_at_once():
+    eng = SimEngine(EngineConfig(kv_capacity=10_000, reserve_ratio=0.0), COST)
+    r = SimRequest("r", "p", prompt=100, output=1000)
+    eng.add(r)
+    eng.step(0.0)
+    eng.step(0.0, until=0.05)
+    assert eng.kv_used > 100
+    eng.abort(r)
+    eng.drop_program("p")
+    assert eng.kv_used == 0 and eng.idle
+
+
+# ---- fit and validate -----------------------------------------------------------------
+def test_fit_recovers_known_coefficients_from_noisy_records():
+    true = CostModel(a=6e-3, b=2e-5, c=4e-8, d=1e-9)
+    rng = random.Random(0)
+    recs = []
+    for _ in range(300):
+        n_dec = rng.randint(1, 256)
+        pre = rng.choice([0, 0, 0, rng.randint(16, 4096)])
+        n, k, p = n_dec + pre, n_dec * rng.randint(100, 4000), prefill_pairs(pre, rng.randint(0, 2000))
+        recs.append(IterationRecord(n, k, p, true.iteration_time(n, k, p) * (1 + rng.gauss(0, 0.01))))
+    fit = fit_cost_model(recs)
+    for name in "abcd":
+        assert getattr(fit.model, name) == pytest.approx(getattr(true, name), rel=0.05), name
+    assert fit.mape < 0.02
+
+
+def test_fit_recovers_the_simulators_own_iterations():
+    cost = CostModel(a=5e-3, b=2e-5, c=3e-8, d=1.2e-9)
+    specs = make_workload(synth_traces(4, seed=2, samples=4, mean_tokens=200), n=6, rate=2.0, seed=0)
+    res = simulate(specs, "fcfs", EngineConfig(100_000), cost, config=ProgramConfig(fanout=4, budget=4), record=True)
+    fit = fit_cost_model(res.stats.records)
+    assert fit.mape < 1e-6
+    for name in "abcd":
+        assert getattr(fit.model, name) == pytest.approx(getattr(cost, name), rel=1e-3)
+    with pytest.raises(ConfigError):
+        fit_cost_model(res.stats.records[:3])
+
+
+def test_validate_reports_median_relative_error():
+    rep = validate({"a": 11.0, "b": 8.0, "c": 30.0, "x": 1.0}, {"a": 10.0, "b": 10.0, "c": 30.0, "y": 2.0})
+    assert rep.n == 3 and rep.median_rel_err == pytest.approx(0.1) and rep.missing == ("x", "y")
+    with pytest.raises(ConfigError):
+        validate({"a": 1.0}, {"b": 1.0})
+
+
+def test_iteration_records_jsonl_roundtrip(tmp_path):
+    path = tmp_path / "iters.jsonl"
+    with RecordWriter(path, source="test") as log:
+        log.write(n_tokens=8, kv_read=4000, prefill_pairs=0.0, seconds=0.061, n_decode=8)
+        log.write(IterationRecord(100, 0, 5000.0, 0.2, n_prefill=1))
+    recs = load_records(path)
+    assert recs[0] == IterationRecord(8, 4000, 0.0, 0.061, 8, 0, "test") and recs[1].n_prefill == 1
+    path.write_text('{"n_tokens": 1, "kv_read": 2}\n')
+    with pytest.raises(ConfigError, match="iters.jsonl:1"):
+        load_records(path)
+
+
+# ---- traces ---------------------------------------------------------------------------
+def test_trace_roundtrip_and_validation(tmp_path):
+    path = write_synth(tmp_path / "t.jsonl", 5, seed=3, samples=4)
+    probs = load_traces(path)
+    assert probs == synth_traces(5, seed=3, samples=4) and len(probs[0].samples) == 4
+    good = path.read_text().splitlines()[0]
+    bad_lines = {
+        "not json": "CT304",
+        '["a list"]': "expected a JSON object",
+        '{"idx": 1, "samples": []}': "samples",
+        '{"idx": 1, "samples": [{"tokens": -3}]}': "samples.0.tokens",
+        '{"samples": [{"tokens": 3}]}': "idx",
+    }
+    for line, msg in bad_lines.items():
+        (tmp_path / "bad.jsonl").write_text(good + "\n" + line + "\n")
+        with pytest.raises(TraceFormatError, match="bad.jsonl:2") as err:
+            load_traces(tmp_path / "bad.jsonl")
+        assert msg in str(err.value)
+    with pytest.raises(TraceFormatError):
+        load_traces(tmp_path / "missing.jsonl")
+    (tmp_path / "empty.jsonl").write_text("\n")
+    with pytest.raises(TraceFormatError):
+        load_traces(tmp_path / "empty.jsonl")
+
+
+def test_certainty_signals():
+    assert entropy_certainty(["4", "4.0", " 4 "]) == 1.0
+    assert entropy_certainty(["1", "2", "3", "4"]) == 0.0
+    assert entropy_certainty([None, None]) == 0.0  # unextracted answers never agree
+    assert entropy_certainty(["7"]) == 0.0
+    assert majority(["2", "3", "3", None]) == "3" and normalize("\\boxed{12}") == "12"
+    assert probe_certainty(["", "5", "5", "5"], k=3) == 1.0
+    assert probe_certainty(["5", "5"], k=3) == 0.0
+    assert probe_certainty(["5", "6", "5"], k=3) == pytest.approx(2 / 3)
+    assert hesitant("hmm, 5") and hesitant("Wait") and not hesitant("nothing known")  # whole words only
+
+
+# ---- workloads ------------------------------------------------------------------------
+def sample(pred: str, tokens: int = 300, probes: list[tuple[int, str]] = ()) -> Sample:
+    return Sample(tokens=tokens, finished=True, pred=pred, correct=pred == "3",
+                  probes=[Probe(at=a, answer=x) for a, x in probes])
+
+
+def run_one(problem: TraceProblem, kind: str, early_exit: bool, **cfg):
+    spec = ProgramSpec("x", 0.0, problem, kind)  # type: ignore[arg-type]
+    res = simulate([spec], "certa", EngineConfig(100_000), COST, config=ProgramConfig(**cfg), early_exit=early_exit)
+    return res.records[0]
+
+
+def test_sc_replay_takes_the_real_certaindex_decision():
+    agree = TraceProblem(idx=0, gold="3", samples=[sample("3") for _ in range(8)])
+    rec = run_one(agree, "sc", True, fanout=2, budget=8, tau=0.55, detect_at=4)
+    assert rec.exit_reason == "certaindex" and rec.knob_used == 4 and rec.correct
+    assert 4 * 300 <= rec.main_tokens < 6 * 300  # 4 answers + the partial in-flight samples aborted
+    full = run_one(agree, "sc", False, fanout=2, budget=8)
+    assert full.exit_reason == "cap" and full.knob_used == 8 and full.main_tokens == 8 * 300
+    split = TraceProblem(idx=1, gold="3", samples=[sample(str(i % 4)) for i in range(8)])
+    assert run_one(split, "sc", True, fanout=2, budget=8, tau=0.55, detect_at=4).exit_reason == "cap"
+
+
+def test_cot_replay_exits_on_consistent_probes():
+    probes = [(64, ""), (128, "wait 9"), (192, "3"), (256, "3"), (320, "3"), (384, "3")]
+    prob = TraceProblem(idx=0, gold="3", interval=64, samples=[sample("3", tokens=1000, probes=probes)])
+    rec = run_one(prob, "cot", True, window=3)
+    assert rec.exit_reason == "certaindex" and rec.main_tokens == 320 and rec.correct
+    assert rec.tokens == 320 + 5 * 20  # five probes of 20 tokens each
+    base = run_one(prob, "cot", False)
+    assert base.exit_reason == "done" and base.main_tokens == 1000 and base.requests == 1
+
+
+def test_poisson_arrivals_and_workloads_are_seeded():
+    rng = random.Random(1)
+    times = poisson_arrivals(2.0, 2000, rng)
+    assert all(b > a for a, b in zip(times, times[1:]))
+    assert 1.8 < 2000 / times[-1] < 2.2
+    probs = synth_traces(5, seed=0, samples=4)
+    w1 = make_workload(probs, n=20, rate=1.0, seed=4, kind="mix")
+    assert w1 == make_workload(probs, n=20, rate=1.0, seed=4, kind="mix")
+    assert {s.kind for s in w1} == {"sc", "cot"}
+    with pytest.raises(ConfigError):
+        poisson_arrivals(0.0, 3, rng)
+
+
+def test_simulation_is_deterministic_and_early_exit_saves_tokens():
+    pre = get_preset("h200-r1-distill-qwen-7b")
+    specs = make_workload(synth_traces(10, seed=5), n=25, rate=0.5, seed=5)
+    eng = EngineConfig(pre.kv_capacity)
+    a = simulate(specs, "certa", eng, pre.cost, early_exit=True)
+    assert a.records == simulate(specs, "certa", eng, pre.cost, early_exit=True).records
+    base = simulate(specs, "fcfs", eng, pre.cost, early_exit=False)
+    assert len(base.records) == len(a.records) == 25
+    assert sum(r.tokens for r in a.records) < 0.8 * sum(r.tokens for r in base.records)
+    assert standalone_latency(specs[0], eng, pre.cost) > 0
+
+
+# ---- metrics --------------------------------------------------------------------------
+def test_metrics():
+    assert percentile([5.0], 90) == 5.0 and math.isnan(percentile([], 50))
+    assert max_rate_at([1, 2, 4], [0.95, 0.91, 0.92]) == 4
+    assert max_rate_at([1, 2], [0.5, 0.2]) is None
+    assert max_rate_at([1, 2, 3], [1.0, 0.8, 0.95]) == pytest.approx(1.5)  # first crossing counts
+    pre = get_preset("h200-r1-distill-qwen-7b")
+    specs = [s for s in make_workload(synth_traces(4, seed=0), n=8, rate=0.5, seed=0)]
+    res = simulate(specs, "fcfs", EngineConfig(pre.kv_capacity), pre.cost, early_exit=False)
+    out = summarize(res.records)
+    assert out["n"] == 8 and out["attainment"] == 1.0  # no deadlines: all met
+    assert out["latency"]["p90"] >= out["latency"]["p50"] and out["fairness"]["cdf"][-1][1] == 1.0
+    assert json.dumps(out)
+    assert attainment([]) != attainment([])  # NaN for no records

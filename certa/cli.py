@@ -12,6 +12,7 @@ from typing import Any, Optional
 import typer
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from certa.runtime.errors import CertaError, ConfigError
@@ -30,14 +31,18 @@ def _root() -> None:
 def _fail(exc: BaseException, debug: bool) -> None:
     if debug:
         raise exc
-    if isinstance(exc, CertaError):
-        console.print(f"[red]error[/red] {exc.code} {exc.name}{exc.where()}: {exc.message}")
-        if exc.hint:
-            console.print(f"  hint: {exc.hint}")
+    if isinstance(exc, CertaError):  # escape: "[program=sc step=x]" is not rich markup
+        _error_line(f"{exc.code} {exc.name}{exc.where()}: {exc.message}", exc.hint)
     else:
-        console.print(f"[red]error[/red] {type(exc).__name__}: {exc}")
-        console.print("  hint: rerun with --debug for the full traceback")
+        _error_line(f"{type(exc).__name__}: {exc}", "rerun with --debug for the full traceback")
     raise typer.Exit(2)
+
+
+def _error_line(message: str, hint: str | None = None) -> None:
+    """Print ``error ...`` on one line (never wrapped) and an optional ``hint:`` line, to stderr."""
+    console.print("[red]error[/red] " + escape(" ".join(message.split())), soft_wrap=True)
+    if hint:
+        console.print("  hint: " + escape(" ".join(hint.split())), soft_wrap=True)
 
 
 def make_runtime(backend: str, model: Optional[str], scheduler: str = "fcfs", **opts: Any):
@@ -222,25 +227,42 @@ def _print_report(report, detail: bool) -> None:
 
 
 def _mount(module: str, name: str, help_text: str) -> None:
+    """Mount a sub-app; its own help wins when it carries an example."""
     try:
         sub = importlib.import_module(module)
     except ImportError:
         return
-    app.add_typer(sub.app, name=name, help=help_text)
+    own = sub.app.info.help
+    app.add_typer(sub.app, name=name, help=own if isinstance(own, str) and "Example" in own else help_text)
 
 
-_mount("certa.cli_models", "models", "Find, assemble and verify model files.")
+_mount("certa.cli_models", "models", "Find, assemble and verify model files.\n\nExample: certa models list")
 _mount("certa.cli_sim", "sim", "Serving simulator: simulate workloads, fit the cost model.")
 
 
-def main() -> None:
-    """Console entry point."""
+def main(argv: list[str] | None = None) -> None:
+    """Console entry point. Usage errors print one line plus a hint, not a panel or a traceback."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    args = sys.argv[1:] if argv is None else argv
     try:
-        app()
+        code = app(args, prog_name="certa", standalone_mode=False)
     except KeyboardInterrupt:
         console.print("[yellow]interrupted[/yellow]: in-flight requests were aborted; journals keep finished work")
         sys.exit(130)
+    except Exception as exc:  # noqa: BLE001 - click usage errors, and bugs without --debug
+        if hasattr(exc, "format_message") and hasattr(exc, "exit_code"):  # click's UsageError / ClickException
+            if type(exc).__name__ != "NoArgsIsHelpError":  # (that one has printed the help already)
+                ctx = getattr(exc, "ctx", None)
+                _error_line(exc.format_message(), f"see '{ctx.command_path} --help'" if ctx is not None else None)
+            sys.exit(exc.exit_code)
+        if type(exc).__name__ == "Abort":
+            console.print("[yellow]aborted[/yellow]")
+            sys.exit(1)
+        if "--debug" in args:
+            raise
+        _error_line(f"{type(exc).__name__}: {exc}", "rerun with --debug for the full traceback")
+        sys.exit(1)
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 if __name__ == "__main__":

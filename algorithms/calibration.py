@@ -38,7 +38,7 @@ from .datasets import RESERVED_FROM
 from .evalstats import compare
 from .policies import ESC, AdaptiveConsistency, Pareto
 from .replay import ReplaySC
-from .replay_eval import ProgramKind, Replayer, Scores
+from .replay_eval import ProgramKind, Replayer, Scores, check_traces
 
 __all__ = ["Candidate", "Calibration", "METHODS", "calibrate", "calibrate_split", "candidates", "check_not_reserved",
            "even_ladder", "split_problems"]
@@ -213,6 +213,7 @@ def calibrate_split(problems: Sequence[TraceProblem], program: ProgramKind, *, c
                     seed: int = 0, method: str | None = None, orders: int = 1, dataset: str | None = None,
                     reps: int = 1000) -> dict[str, Any]:
     """Split, calibrate on the calibration part, report on the held-out part; the policy file as a dict."""
+    check_traces(problems, program)
     cal, held = split_problems(problems, cal_fraction, seed)
     result = calibrate(cal, program, method=method, seed=seed, orders=orders, dataset=dataset)
     heldout = report_heldout(result.choice, held, program, seed=seed, orders=orders, dataset=dataset, reps=reps)

@@ -93,6 +93,7 @@ def run(
     journal: Optional[str] = typer.Option(None, help="append results to this JSONL journal"),
     resume: bool = typer.Option(False, help="continue an existing --journal"),
     json_out: Optional[str] = typer.Option(None, "--json", help="write a JSON report here"),
+    record: Optional[str] = typer.Option(None, help="also write what ran as reasoning traces (JSONL) here"),
     debug: bool = typer.Option(False, help="show full tracebacks"),
 ) -> None:
     """Run a program over a dataset and print accuracy, tokens by kind and exit reasons.
@@ -102,7 +103,7 @@ def run(
     try:
         _check_run_options(concurrency=concurrency, limit=limit, journal=journal, resume=resume)
         _run(target, dataset, idx, limit, backend, model, url, policy, scheduler, concurrency, journal, resume,
-             json_out)
+             json_out, record)
     except (CertaError, OSError) as exc:
         _fail(exc, debug)
     except KeyboardInterrupt:  # asyncio.run cancelled the batch: every in-flight request was aborted
@@ -165,7 +166,7 @@ def _load_policy(path: str):
 
 
 def _run(target, dataset, idx, limit, backend, model, url, policy, scheduler, concurrency, journal, resume,
-         json_out) -> None:
+         json_out, record=None) -> None:
     from certa.algorithms.datasets import load_dataset
     from certa.batch import Journal, run_dataset
     from certa.loading import load_target
@@ -185,10 +186,12 @@ def _run(target, dataset, idx, limit, backend, model, url, policy, scheduler, co
     jr = Journal(journal, resume=resume) if journal else None
     console.print(f"running [bold]{target}[/bold] on {len(problems)} {dataset} problems with backend "
                   f"[bold]{type(runtime.backend).__name__}[/bold]")
+    from certa.recording import Recorder
+    recorder = Recorder.attach(runtime, record) if record else None
     try:
         with BatchProgress(len(problems), console) as progress:
             report = asyncio.run(run_dataset(program, problems, runtime, concurrency=concurrency, journal=jr,
-                                             on_row=progress.update))
+                                             on_row=recorder.chain(progress.update) if recorder else progress.update))
     finally:
         if jr:
             jr.close()
@@ -238,6 +241,13 @@ def _mount(module: str, name: str, help_text: str) -> None:
 
 _mount("certa.cli_models", "models", "Find, assemble and verify model files.\n\nExample: certa models list")
 _mount("certa.cli_sim", "sim", "Serving simulator: simulate workloads, fit the cost model.")
+try:  # certa calibrate, certa bench tokens, certa traces collect
+    from certa import cli_eval as _eval
+    app.command("calibrate")(_eval.calibrate)
+    app.add_typer(_eval.bench_app, name="bench", help=_eval.BENCH_HELP)
+    app.add_typer(_eval.traces_app, name="traces", help=_eval.TRACES_HELP)
+except ImportError:  # pragma: no cover
+    pass
 
 
 def main(argv: list[str] | None = None) -> None:

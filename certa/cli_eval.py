@@ -1,0 +1,224 @@
+"""Evaluation commands: ``certa calibrate``, ``certa bench tokens``, ``certa traces collect``.
+
+``certa.cli`` mounts them (``calibrate`` as a command, ``bench_app``/``traces_app`` as
+groups); ``app`` holds all three for standalone use. Errors print one line with the error's
+code (plus a hint line), exit status 2, like every certa command.
+
+Examples:
+    certa traces collect --dataset gsm8k --idx 0:80 --samples 16 --probe-interval 32 --probe-samples 4 --out t.jsonl
+    certa calibrate --program sc --traces t.jsonl --cal-fraction 0.5 --seed 0 --out policy.json
+    certa bench tokens --program sc --traces t.jsonl --json sc.json --png sc.png
+    certa run sc --dataset gsm8k --idx 0:10 --policy policy.json
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from certa.runtime.errors import CertaError, ConfigError
+
+console = Console(stderr=True)
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="Trace collection, calibration and token benchmarks.")
+BENCH_HELP = ("Benchmarks on recorded traces.\n\n"
+              "Example: certa bench tokens --program sc --traces t.jsonl --json sc.json --png sc.png")
+TRACES_HELP = ("Collect reasoning traces with a real engine.\n\n"
+               "Example: certa traces collect --dataset gsm8k --idx 0:80 --out t.jsonl")
+bench_app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False, help=BENCH_HELP)
+traces_app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False, help=TRACES_HELP)
+
+_PROGRAM = typer.Option(..., "--program", help="sc or cot")
+_TRACES = typer.Option(..., "--traces", help="trace file (JSONL, the documented trace format)")
+
+
+def _fail(exc: BaseException, debug: bool) -> None:
+    if debug:
+        raise exc
+    if isinstance(exc, CertaError):
+        _error_line(f"{exc.code} {exc.name}{exc.where()}: {exc.message}", exc.hint)
+    else:
+        _error_line(f"{type(exc).__name__}: {exc}", "rerun with --debug for the full traceback")
+    raise typer.Exit(2)
+
+
+def _error_line(message: str, hint: str | None = None) -> None:
+    """``error ...`` on one line (never wrapped) and an optional ``hint:`` line, to stderr."""
+    console.print("[red]error[/red] " + escape(" ".join(message.split())), soft_wrap=True)
+    if hint:
+        console.print("  hint: " + escape(" ".join(hint.split())), soft_wrap=True)
+
+
+def _program(name: str) -> str:
+    if name not in ("sc", "cot"):
+        raise ConfigError(f"--program must be sc or cot, not {name!r}")
+    return name
+
+
+def _load(path: str):
+    from certa.runtime.sim.traces import load_traces
+    return load_traces(path)
+
+
+def _write_json(path: str, data: Any) -> None:
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+
+
+@app.command("calibrate")
+def calibrate(
+    program: str = _PROGRAM,
+    traces: str = _TRACES,
+    cal_fraction: float = typer.Option(0.5, help="share of problems used for calibration (the rest is held out)"),
+    seed: int = typer.Option(0, help="seed of the split, the SC draw orders and the bootstrap"),
+    out_path: str = typer.Option(..., "--out", help="policy file to write (loads with certa run --policy)"),
+    method: Optional[str] = typer.Option(None, help="sc: threshold (default), pareto, esc, adaptive-consistency; "
+                                                    "cot: probe"),
+    orders: int = typer.Option(1, help="SC: seeded draw orders replayed per problem"),
+    dataset: Optional[str] = typer.Option(None, help="grading rules and reserved-split guard (default: the "
+                                                     "traces' dataset field, else math)"),
+    reps: int = typer.Option(1000, help="bootstrap resamples"),
+    debug: bool = typer.Option(False, help="show full tracebacks"),
+) -> None:
+    """Choose a policy on a calibration split of the traces; report it on the held-out split.
+
+    Example: certa calibrate --program sc --traces t.jsonl --cal-fraction 0.5 --seed 0 --out policy.json
+    """
+    try:
+        from certa.algorithms.calibration import calibrate_split
+        result = calibrate_split(_load(traces), _program(program), cal_fraction=cal_fraction, seed=seed,
+                                 method=method, orders=orders, dataset=dataset, reps=reps)
+        result["traces"] = str(traces)
+        _write_json(out_path, result)
+    except (CertaError, OSError) as exc:
+        _fail(exc, debug)
+    c, h = result["calibration"], result["heldout"]
+    typer.echo(f"policy {json.dumps(result['policy'])} program {json.dumps(result['program'])}")
+    typer.echo(f"calibration ({c['problems']} problems): accuracy {c['accuracy']:.3f} (baseline {c['baseline_accuracy']:.3f}), "
+              f"tokens x{c['token_ratio']:.3f}")
+    ci = h["ci95"]
+    typer.echo(f"held-out ({h['bootstrap']['problems']} problems): accuracy {h['accuracy']:.3f} "
+              f"({100 * h['accuracy_delta']:+.1f} pt, 95% CI {_pt(ci['accuracy_delta'])}), tokens x{h['token_ratio']:.3f} "
+              f"(95% CI {_x(ci['token_ratio'])}), at matched accuracy x{_f(h['iso_token_ratio'])}")
+    typer.echo(f"wrote {out_path}")
+
+
+def _f(v: Optional[float]) -> str:
+    return "n/a" if v is None else f"{v:.3f}"
+
+
+def _x(ci: list) -> str:
+    return f"[{_f(ci[0])}, {_f(ci[1])}]"
+
+
+def _pt(ci: list) -> str:
+    return "[n/a]" if ci[0] is None else f"[{100 * ci[0]:+.1f}, {100 * ci[1]:+.1f}] pt"
+
+
+@bench_app.command("tokens")
+def bench_tokens(
+    program: str = _PROGRAM,
+    traces: str = _TRACES,
+    json_out: str = typer.Option(..., "--json", help="report JSON to write"),
+    png: Optional[str] = typer.Option(None, help="also plot accuracy vs tokens here (needs matplotlib)"),
+    cal_fraction: float = typer.Option(0.5, help="share of problems used for calibration (the rest is held out)"),
+    seed: int = typer.Option(0, help="seed of the split, the SC draw orders and the bootstrap"),
+    orders: int = typer.Option(1, help="SC: seeded draw orders replayed per problem"),
+    dataset: Optional[str] = typer.Option(None, help="grading rules and reserved-split guard"),
+    reps: int = typer.Option(1000, help="bootstrap resamples"),
+    debug: bool = typer.Option(False, help="show full tracebacks"),
+) -> None:
+    """Token-vs-accuracy curves and iso-accuracy savings of every method on the held-out split.
+
+    Example: certa bench tokens --program sc --traces t.jsonl --json sc.json --png sc.png
+    """
+    try:
+        from certa.algorithms.bench_tokens import bench_tokens as run_bench, plot
+        report = run_bench(_load(traces), _program(program), cal_fraction=cal_fraction, seed=seed, orders=orders,
+                           dataset=dataset, reps=reps)
+        report["traces"] = str(traces)
+        _write_json(json_out, report)
+        if png:
+            try:
+                plot(report, png)
+            except ImportError as exc:
+                raise ConfigError(f"--png needs matplotlib: {exc}", hint="pip install 'certa[plot]'") from None
+    except (CertaError, OSError) as exc:
+        _fail(exc, debug)
+    typer.echo(f"{report['program']}: {report['heldout_problems']} held-out of {report['problems']} problems "
+              f"({', '.join(report['models'])})")
+    for name, m in report["methods"].items():
+        if "tokens" not in m:
+            typer.echo(f"  {name:22s} skipped: {m.get('skipped')}")
+            continue
+        typer.echo(f"  {name:22s} acc {m['accuracy']:.3f} ({100 * m['accuracy_delta']:+5.1f} pt)  tokens {m['tokens']:9.1f}  "
+                  f"x{m['token_ratio']:.3f} {_x(m['ci95']['token_ratio'])}  iso x{_f(m['iso_token_ratio'])}  "
+                  f"{m.get('label', '')}")
+    t = report["targets"]
+    typer.echo(f"target <= {t['token_ratio']}x within {100 * t['accuracy_drop']:.1f} pt: "
+              f"{'met by ' + ', '.join(t['met_by']) if t['met'] else 'not met'}")
+    typer.echo(f"wrote {json_out}" + (f" and {png}" if png else ""))
+
+
+@traces_app.command("collect")
+def collect(
+    dataset: str = typer.Option("gsm8k", help="gsm8k, math500, ... or a .jsonl path"),
+    idx: str = typer.Option(..., help="problem indices, e.g. 0:80 (reserved splits are refused)"),
+    samples: int = typer.Option(16, help="samples per problem"),
+    probe_interval: int = typer.Option(32, help="tokens between probes"),
+    probe_samples: int = typer.Option(4, help="how many of the samples are probed"),
+    out_path: str = typer.Option(..., "--out", help="trace file (appended; a rerun resumes)"),
+    model: Optional[str] = typer.Option(None, help="GGUF path or known name (default: certa's default model)"),
+    max_tokens: int = typer.Option(512, help="decode budget per sample"),
+    seed: int = typer.Option(0, help="sample i uses seed * 100000 + i, as certa run sc does"),
+    threads: Optional[int] = typer.Option(None, help="CPU threads for the engine (default: all cores)"),
+    backend: str = typer.Option("llamacpp", help="llamacpp, or scripted (a fake, for demos and tests)"),
+    debug: bool = typer.Option(False, help="show full tracebacks"),
+) -> None:
+    """Collect SC samples and CoT probe answers per problem into a resumable trace file.
+
+    Example: certa traces collect --dataset gsm8k --idx 0:80 --samples 16 --probe-interval 32 --probe-samples 4 --out t.jsonl
+    """
+    try:
+        from certa.algorithms.collect import CollectConfig, collect_traces
+        from certa.algorithms.datasets import load_dataset
+        cfg = CollectConfig(samples=samples, probe_samples=probe_samples, interval=probe_interval,
+                            max_tokens=max_tokens, seed=seed)
+        problems = load_dataset(dataset, idx=idx)
+        factory = _factory(backend, model, cfg, threads)
+        console.print(f"collecting {len(problems)} {dataset} problems x {samples} samples into {out_path}")
+        report = asyncio.run(collect_traces(problems, out_path, factory, cfg, on_problem=_progress))
+    except (CertaError, OSError) as exc:
+        _fail(exc, debug)
+    except KeyboardInterrupt:
+        console.print(f"[yellow]interrupted[/yellow]: {out_path} keeps every finished problem (rerun to resume)")
+        raise typer.Exit(130) from None
+    typer.echo(f"wrote {report.written} problems ({report.skipped} already in {out_path}) in {report.wall_s:.0f}s")
+
+
+def _progress(row: dict) -> None:
+    right = sum(bool(s["correct"]) for s in row["samples"])
+    console.print(f"  idx {row['idx']}: {right}/{len(row['samples'])} correct, {row['wall_s']:.0f}s")
+
+
+def _factory(backend: str, model: Optional[str], cfg: Any, threads: Optional[int]):
+    if backend == "scripted":
+        from certa.runtime.backends.scripted import ScriptedBackend
+        return lambda: ScriptedBackend(probe=lambda text, suffix: "1} \\]")
+    if backend != "llamacpp":
+        raise ConfigError(f"traces collect runs on llamacpp (or the scripted fake), not {backend!r}")
+    from certa.runtime.backends.llamacpp import LlamaCppBackend
+    n_ctx = cfg.samples * (cfg.max_tokens + cfg.probe_tokens + 64) + 2048
+    return lambda: LlamaCppBackend(model, n_seq=cfg.samples, n_ctx=n_ctx, n_threads=threads, seed=cfg.seed)
+
+
+app.add_typer(bench_app, name="bench", help=BENCH_HELP)
+app.add_typer(traces_app, name="traces", help=TRACES_HELP)

@@ -1,0 +1,35 @@
+"""certa.serve: an OpenAI-compatible reasoning server with certaindex early exit.
+
+:class:`Server` is the in-process API (no HTTP); :func:`create_app` builds the ASGI app
+over a Server (needs ``pip install 'certa[serve]'``); ``certa serve`` runs it with uvicorn.
+
+Example:
+    >>> import asyncio
+    >>> from certa.serve import Server
+    >>> from certa.runtime import ScriptedBackend
+    >>> server = Server("sc", ScriptedBackend(responses=["\\\\boxed{4}"]), max_knob=16)
+    >>> asyncio.run(server.complete("What is 2+2?")).content
+    '\\\\boxed{4}'
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .completion import Completion, Heartbeat, Progress
+from .errors import BadRequestError, ServerBusyError, ShuttingDownError, UnknownModelError
+from .schemas import CertaOptions
+from .server import CompletionStream, Server
+
+__all__ = ["BadRequestError", "CertaOptions", "Completion", "CompletionStream", "Heartbeat", "Progress", "Server",
+           "ServerBusyError", "ShuttingDownError", "UnknownModelError", "create_app", "start_background"]
+
+
+def __getattr__(name: str) -> Any:  # the HTTP layer needs starlette/uvicorn: import it only when asked
+    if name == "create_app":
+        from .http import create_app
+        return create_app
+    if name == "start_background":
+        from .launch import start_background
+        return start_background
+    raise AttributeError(f"module 'certa.serve' has no attribute {name!r}")

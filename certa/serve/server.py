@@ -1,0 +1,387 @@
+r"""The in-process reasoning server: one Runtime and one Scheduler shared by every request.
+
+:class:`Server` is the whole server without HTTP (the ASGI app in :mod:`certa.serve.http`
+is a thin layer over it). Each request runs a fresh program on its question; all programs
+share one :class:`~certa.runtime.Runtime`, so its scheduler (default ``certa``: gang +
+shortest-job-first + aging) orders every backend request of every request. Cancelling a
+request — a cancelled ``complete``, a closed ``stream`` — aborts that program's in-flight
+backend requests.
+
+Example (the scripted fake backend; in a notebook just ``await``):
+    >>> import asyncio
+    >>> from certa.runtime import ScriptedBackend
+    >>> async def main():
+    ...     async with Server("sc", ScriptedBackend(responses=["so \\boxed{18}."])) as server:
+    ...         c = await server.complete("What is 9 * 2?", knob_cap=8)
+    ...         events = [e async for e in server.stream("What is 9 * 2?")]
+    ...         return c.content, c.exit_reason, c.usage()["completion_tokens"] > 0, type(events[-1]).__name__
+    >>> asyncio.run(main())
+    ('\\boxed{18}', 'certaindex', True, 'Completion')
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from certa.runtime.backends.base import Backend
+from certa.runtime.errors import ConfigError, LimitExceededError
+from certa.runtime.events import Event
+from certa.runtime.policy import Policy
+from certa.runtime.program import Program
+from certa.runtime.program_run import RuntimeLimits
+from certa.runtime.result import Result
+from certa.runtime.runtime import Runtime
+from certa.runtime.scheduler import AdmissionLimits, Scheduler, SchedulingPolicy
+
+from .completion import Completion, Heartbeat, Progress
+from .errors import ServerBusyError, ShuttingDownError, UnknownModelError
+from .metrics import ServeMetrics, render_prometheus
+from .programs import ServedProgram
+from .schemas import CertaOptions, parse_request
+
+__all__ = ["CompletionStream", "Server"]
+
+log = logging.getLogger("certa.serve")
+
+
+@dataclass(eq=False)
+class _Job:
+    request_id: str
+    model: str
+    program: Program
+    answer_format: str
+    deadline_s: float | None
+    t0: float = field(default_factory=time.perf_counter)
+    task: asyncio.Task | None = None
+    ended: bool = False
+
+
+class Server:
+    """Serve reasoning programs with certaindex early exit, in process.
+
+    Args:
+        program: what to serve: a built-in name (``sc``, ``cot``, ``mcts``, ``rebase``,
+            ``sc-mcts``), ``FILE.py:attr``, a compiled graph or Program class, or a
+            ``{model_name: spec}`` mapping to serve several (the first is the default).
+        backend: a :class:`~certa.runtime.Backend` or a backend name (``backend_options`` go to it).
+        scheduler: scheduling policy name (``certa``, ``fcfs``, ``lpm``, ``app-fifo``,
+            ``certa-nocd``) or a :class:`SchedulingPolicy`.
+        max_concurrent: programs running at once; more are refused (:class:`ServerBusyError`).
+        max_knob: the largest ``knob_cap`` a request may ask for; also caps programs' defaults.
+        max_tokens: the largest decode-token budget a request may ask for, and the default budget.
+        max_inflight: backend requests admitted at once (the scheduler queues and orders the
+            rest: this is where scheduling pays off); None = no limit.
+        answer_format: ``boxed`` (``\boxed{18}``) or ``plain`` — the default for requests.
+        runtime: an existing Runtime to share (then ``backend``/``scheduler`` are not used).
+    """
+
+    def __init__(self, program: Any = "sc", backend: Backend | str = "scripted", *,
+                 scheduler: str | SchedulingPolicy = "certa", max_concurrent: int | None = None,
+                 max_knob: int | None = None, max_tokens: int | None = None, max_inflight: int | None = None,
+                 answer_format: str = "boxed", limits: RuntimeLimits | None = None, runtime: Runtime | None = None,
+                 **backend_options: Any) -> None:
+        for name, value in (("max_concurrent", max_concurrent), ("max_knob", max_knob),
+                            ("max_tokens", max_tokens), ("max_inflight", max_inflight)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise ConfigError(f"{name} must be a positive integer or None, not {value!r}")
+        if answer_format not in ("boxed", "plain"):
+            raise ConfigError(f"answer_format must be 'boxed' or 'plain', not {answer_format!r}")
+        specs = program.items() if isinstance(program, Mapping) else [(None, program)]
+        self.programs: dict[str, ServedProgram] = {}
+        for name, spec in specs:
+            sp = ServedProgram.resolve(spec, name)
+            self.programs[sp.name] = sp
+        self._owns_backend = runtime is None and isinstance(backend, str)  # made here: closed at shutdown
+        if runtime is None:
+            if isinstance(scheduler, str):
+                from certa.runtime.schedulers import make_policy
+                scheduler = make_policy(scheduler)
+            sched = Scheduler(policy=scheduler, limits=AdmissionLimits(max_requests=max_inflight))
+            runtime = Runtime(backend, scheduler=sched, limits=limits, **backend_options)
+        elif backend_options or max_inflight is not None or limits is not None:
+            raise ConfigError("backend options, max_inflight and limits configure a new Runtime; "
+                              "they cannot apply to the runtime= given")
+        self.runtime = runtime
+        self.max_concurrent, self.max_knob, self.max_tokens = max_concurrent, max_knob, max_tokens
+        self.answer_format = answer_format
+        self.started = time.time()
+        self.stats = ServeMetrics()
+        self._jobs: set[_Job] = set()
+        self._watch: dict[str, asyncio.Event] = {}
+        self._unsubscribe: Any = None
+        self._closing = False
+
+    # ---- public API -----------------------------------------------------------------
+    @property
+    def models(self) -> list[str]:
+        """Model names requests may ask for (the first is the default)."""
+        return list(self.programs)
+
+    @property
+    def running(self) -> int:
+        """Requests admitted and not yet finished."""
+        return len(self._jobs)
+
+    @property
+    def closing(self) -> bool:
+        return self._closing
+
+    async def complete(self, question: str, **overrides: Any) -> Completion:
+        """Run the program on ``question`` and return its :class:`Completion`.
+
+        ``overrides``: ``model``, ``request_id``, ``max_tokens``, ``seed`` and the
+        :class:`~certa.serve.schemas.CertaOptions` fields (``policy`` — a dict or a Policy —,
+        ``knob_cap``, ``preset``, ``deadline_s``, ``answer_format``). Raises a CertaError
+        (see :mod:`certa.serve.errors`) for a bad request or a failed program.
+        """
+        job = self._prepare(question, overrides)
+        self._launch(job)
+        assert job.task is not None
+        try:
+            result = await job.task
+        except asyncio.CancelledError:
+            self._end(job, None)
+            task = asyncio.current_task()
+            if job.task.cancelled() and task is not None and not task.cancelling():
+                raise ShuttingDownError("the server shut down before the program finished",
+                                        program=job.program.program_id) from None
+            raise
+        except BaseException:
+            self._end(job, None)
+            raise
+        return self._conclude(job, result)
+
+    def stream(self, question: str, *, heartbeat_s: float | None = None, **overrides: Any) -> "CompletionStream":
+        """Run the program on ``question``, yielding :class:`Progress` updates then the Completion.
+
+        Validation and admission happen here (errors raise at once). Use ``async with`` (or
+        call ``aclose``) so leaving early aborts the program. ``heartbeat_s``: yield a
+        :class:`Heartbeat` after that many seconds without news.
+        """
+        progress = overrides.pop("progress", None)
+        job = self._prepare(question, overrides)
+        return CompletionStream(self, job, progress=True if progress is None else progress, heartbeat_s=heartbeat_s)
+
+    def metrics(self) -> dict[str, Any]:
+        """A JSON-serialisable snapshot: programs, tokens by kind, tokens saved, SLOs, queue depth."""
+        sched = self.runtime.scheduler
+        try:
+            inflight = len(self.runtime.backend.live_rids())
+        except Exception:  # noqa: BLE001 - a backend that cannot tell still gets metrics
+            inflight = sched.inflight
+        return self.stats.snapshot(running=self.running, queue_depth=sched.queue_depth, inflight_requests=inflight)
+
+    def prometheus(self) -> str:
+        """The metrics in Prometheus text format (what ``/metrics`` serves)."""
+        info = {"models": ",".join(self.models), "scheduler": getattr(self.runtime.scheduler.policy, "name", "?"),
+                "backend": type(self.runtime.backend).__name__}
+        return render_prometheus(self.metrics(), info)
+
+    async def shutdown(self, timeout: float = 30.0) -> None:
+        """Refuse new requests, let running programs finish for up to ``timeout`` seconds,
+        abort the rest (their backend requests too), then close the backend if it was given by name."""
+        self._closing = True
+        pending = [j.task for j in self._jobs if j.task is not None and not j.task.done()]
+        if pending and timeout > 0:
+            await asyncio.wait(pending, timeout=timeout)
+        late = [j.task for j in self._jobs if j.task is not None and not j.task.done()]
+        for t in late:
+            t.cancel()
+        if late:
+            log.warning("shutdown: aborted %d unfinished program(s) after %.1fs", len(late), timeout)
+            await asyncio.gather(*late, return_exceptions=True)
+        if self._owns_backend:
+            await self.runtime.close()
+
+    async def __aenter__(self) -> "Server":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.shutdown()
+
+    # ---- internals ------------------------------------------------------------------
+    def _prepare(self, question: str, overrides: dict[str, Any]) -> _Job:
+        """Validate a request and admit it (sync, so admission cannot race)."""
+        try:
+            job = self._build(question, dict(overrides))
+        except Exception as exc:
+            self.stats.rejected(_reject_reason(exc))
+            raise
+        self._jobs.add(job)
+        self.stats.admitted()
+        return job
+
+    def _build(self, question: str, o: dict[str, Any]) -> _Job:
+        if self._closing:
+            raise ShuttingDownError("the server is shutting down")
+        model = o.pop("model", None) or self.models[0]
+        request_id = o.pop("request_id", None) or uuid.uuid4().hex
+        max_tokens, seed = o.pop("max_tokens", None), o.pop("seed", None)
+        if isinstance(o.get("policy"), Policy):
+            o["policy"] = o["policy"].to_dict()
+        opts: CertaOptions = parse_request(CertaOptions, o, prefix="certa.")
+        sp = self.programs.get(model)
+        if sp is None:
+            raise UnknownModelError(f"model {model!r} is not served here", hint=f"models: {', '.join(self.models)}")
+        if not isinstance(question, str) or not question.strip():
+            raise ConfigError("the question is empty")
+        limit = self.runtime.limits.max_prompt_chars
+        if limit is not None and len(question) > limit:
+            raise LimitExceededError(f"the question has {len(question)} chars, over the limit of {limit}")
+        if opts.knob_cap is not None and self.max_knob is not None and opts.knob_cap > self.max_knob:
+            raise LimitExceededError(f"certa.knob_cap={opts.knob_cap} is over this server's limit of "
+                                     f"{self.max_knob} (--max-knob)")
+        if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int)
+                                       or max_tokens < 1):
+            raise ConfigError(f"max_tokens must be a positive integer, not {max_tokens!r}")
+        if max_tokens is not None and self.max_tokens is not None and max_tokens > self.max_tokens:
+            raise LimitExceededError(f"max_tokens={max_tokens} is over this server's limit of {self.max_tokens} "
+                                     f"(--max-tokens)")
+        knob_cap = opts.knob_cap
+        default_cap = sp.default_knob.cap
+        if knob_cap is None and self.max_knob is not None and (default_cap is None or default_cap > self.max_knob):
+            knob_cap = self.max_knob
+        prog = sp.instantiate(question, preset=opts.preset, policy=opts.policy, knob_cap=knob_cap,
+                              max_tokens=max_tokens or self.max_tokens, seed=seed)
+        if self.max_concurrent is not None and len(self._jobs) >= self.max_concurrent:
+            mean = self.stats.mean_latency_s or 1.0
+            n = len(self._jobs)
+            raise ServerBusyError(f"{n} program{'s are' if n != 1 else ' is'} running, the limit is "
+                                  f"{self.max_concurrent} (--max-concurrent)",
+                                  retry_after_s=max(1, min(60, math.ceil(mean))))
+        return _Job(request_id, sp.name, prog, opts.answer_format or self.answer_format, opts.deadline_s)
+
+    def _launch(self, job: _Job) -> None:
+        if self._closing:
+            self._end(job, None)
+            raise ShuttingDownError("the server is shutting down")
+        job.task = asyncio.ensure_future(self.runtime.run(job.program))
+
+    def _conclude(self, job: _Job, result: Result) -> Completion:
+        latency = self._end(job, result)
+        if result.error is not None:
+            raise result.error
+        return Completion.from_result(result, request_id=job.request_id, model=job.model,
+                                      answer_format=job.answer_format, latency_s=latency, deadline_s=job.deadline_s)
+
+    def _end(self, job: _Job, result: Result | None) -> float:
+        """Record a finished (or cancelled: ``result`` None) job once; returns its latency."""
+        latency = time.perf_counter() - job.t0
+        if job.ended:
+            return latency
+        job.ended = True
+        self._jobs.discard(job)
+        prog = job.program
+        self._watch.pop(prog.program_id, None)
+        if not self._watch and self._unsubscribe is not None:
+            self._unsubscribe()
+            self._unsubscribe = None
+        reason = result.exit_reason if result is not None else "cancelled"
+        tokens = prog.tokens.as_dict()
+        self.stats.finished(reason, tokens, tokens_saved=result.tokens_saved if result else 0, latency_s=latency,
+                            deadline_s=job.deadline_s)
+        log.info("request_id=%s model=%s program=%s exit=%s tokens=%d/%d/%d prompt=%d latency=%.3fs%s",
+                 job.request_id, job.model, prog.program_id or "-", reason, tokens["main"], tokens["probe"],
+                 tokens["score"], tokens["prompt"], latency,
+                 f" error={result.error.code if hasattr(result.error, 'code') else type(result.error).__name__}"
+                 if result is not None and result.error is not None else "")
+        return latency
+
+    def _watch_program(self, program_id: str, wake: asyncio.Event) -> None:
+        if self._unsubscribe is None:
+            self._unsubscribe = self.runtime.events.subscribe(self._on_event)
+        self._watch[program_id] = wake
+
+    def _on_event(self, ev: Event) -> None:
+        if ev.kind == "certaindex":
+            wake = self._watch.get(ev.program_id)
+            if wake is not None:
+                wake.set()
+
+
+class CompletionStream:
+    """Async iterator of :class:`Progress` (and :class:`Heartbeat`) then one :class:`Completion`.
+
+    Also an async context manager: leaving the block early aborts the program.
+    """
+
+    def __init__(self, server: Server, job: _Job, *, progress: bool, heartbeat_s: float | None) -> None:
+        self._server, self._job = server, job
+        self._progress, self._heartbeat_s = progress, heartbeat_s
+        self._wake = asyncio.Event()
+        self._sent = 0
+        self._closed = False
+
+    @property
+    def request_id(self) -> str:
+        return self._job.request_id
+
+    @property
+    def model(self) -> str:
+        return self._job.model
+
+    def __aiter__(self) -> "CompletionStream":
+        return self
+
+    async def __anext__(self) -> Progress | Heartbeat | Completion:
+        job = self._job
+        if self._closed:
+            raise StopAsyncIteration
+        if job.task is None:
+            self._server._launch(job)
+            assert job.task is not None
+            job.task.add_done_callback(lambda _: self._wake.set())
+            await asyncio.sleep(0)  # let the runtime assign the program id before watching it
+            self._server._watch_program(job.program.program_id, self._wake)
+        prog, task = job.program, job.task
+        while True:
+            self._wake.clear()
+            if self._progress and self._sent < len(prog.trajectory):
+                p = prog.trajectory[self._sent]
+                self._sent += 1
+                return Progress(prog.program_id, p.knob, p.value, p.tokens, dict(p.signals))
+            if task.done():
+                self._closed = True
+                if task.cancelled():
+                    self._server._end(job, None)
+                    raise ShuttingDownError("the server shut down before the program finished",
+                                            program=prog.program_id)
+                return self._server._conclude(job, task.result())
+            if self._heartbeat_s is None:
+                await self._wake.wait()
+                continue
+            try:
+                await asyncio.wait_for(self._wake.wait(), self._heartbeat_s)
+            except asyncio.TimeoutError:
+                return Heartbeat()
+
+    async def aclose(self) -> None:
+        """Stop: abort the program if it is still running (its backend requests too)."""
+        if self._closed:
+            return
+        self._closed = True
+        task = self._job.task
+        if task is not None and not task.done():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        finished = task is not None and task.done() and not task.cancelled() and task.exception() is None
+        self._server._end(self._job, task.result() if finished else None)
+
+    async def __aenter__(self) -> "CompletionStream":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.aclose()
+
+
+def _reject_reason(exc: BaseException) -> str:
+    return {"ServerBusyError": "busy", "ShuttingDownError": "shutting_down",
+            "UnknownModelError": "unknown_model", "LimitExceededError": "over_limit"}.get(type(exc).__name__,
+                                                                                          "bad_request")

@@ -65,6 +65,8 @@ class DrawEdge:
     conditional: bool = False
     route: str = "straight"  # "straight", "self", "right" (back edge), "left" (skips layers)
     offset: float = 0.0  # inches beyond the widest box on the routed side
+    dy_src: float = 0.0  # where a routed edge leaves / enters its boxes (from their middles)
+    dy_dst: float = 0.0
 
 
 @dataclass
@@ -208,6 +210,15 @@ def graph_layout(program: Any) -> GraphLayout:
         outside = sum(1 for a, b in placed[e.route] if a <= hi and lo <= b)
         e.offset = base + 0.35 + 0.3 * outside
         placed[e.route].append((lo, hi))
+    touch: dict[tuple[str, str], list[tuple[float, DrawEdge, str]]] = {}
+    for e in routed:  # several routed edges on one side of a box: spread them, the higher end higher
+        touch.setdefault((e.src, e.route), []).append((lay.nodes[e.dst].y, e, "dy_src"))
+        touch.setdefault((e.dst, e.route), []).append((lay.nodes[e.src].y, e, "dy_dst"))
+    for (name, _), items in touch.items():
+        if len(items) > 1:
+            h = lay.nodes[name].h
+            for i, (_, e, attr) in enumerate(sorted(items, key=lambda t: -t[0])):
+                setattr(e, attr, h * 0.3 - i * h * 0.6 / (len(items) - 1))
     lay.edges = edges
     return lay
 
@@ -281,7 +292,8 @@ def draw_graph(program: Any, path: str | os.PathLike[str] | None = None, *, titl
         elif e.route in ("right", "left"):
             sign = 1 if e.route == "right" else -1
             xa, xb, edge_x = a.x + sign * a.w / 2, b.x + sign * b.w / 2, sign * e.offset
-            arrow = FancyArrowPatch(path=Path([(xa, a.y), (edge_x, a.y), (edge_x, b.y), (xb, b.y)]), **kw)
+            ya, yb = a.y + e.dy_src, b.y + e.dy_dst
+            arrow = FancyArrowPatch(path=Path([(xa, ya), (edge_x, ya), (edge_x, yb), (xb, yb)]), **kw)
             lx, ly, ha = edge_x, (a.y + b.y) / 2, "vertical"
         else:
             arrow = FancyArrowPatch((a.x, a.y), (b.x, b.y), patchA=boxes[e.src], patchB=boxes[e.dst],

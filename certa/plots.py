@@ -151,6 +151,7 @@ def plot_certaindex(results: "Result | Sequence[Result]", path: str | os.PathLik
         pts = runs[0].certaindex
         tx.plot([p.knob for p in pts], [p.tokens for p in pts], color="#9ca3af", lw=1, drawstyle="steps-post",
                 label="tokens")
+        tx.set_ylim(0, max(p.tokens for p in pts) * 1.1 + 1)
         tx.set_ylabel("tokens spent", color="#6b7280")
         tx.tick_params(axis="y", colors="#6b7280")
     r0 = runs[0]

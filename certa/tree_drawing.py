@@ -129,9 +129,9 @@ def draw_tree(tree: Any, path: str | os.PathLike[str] | None = None, *, chosen: 
     text = leaves <= 24 if text is None else text
     path_ids = list(chosen) if chosen is not None else chosen_path(nodes, answer)
     on_path = set(path_ids)
-    pitch = 1.55 if text else 0.85  # inches per leaf
+    pitch = 1.8 if text else 0.9  # inches per leaf
     depth = max(n.depth for n in nodes) if nodes else 0
-    fig = new_figure(max(4.0, (leaves + 0.4) * pitch), 1.25 * (depth + 1) + 0.9)
+    fig = new_figure(max(5.0, (leaves + 0.4) * pitch), 1.35 * (depth + 1) + 0.9)
     ax = fig.add_axes((0, 0, 1, 0.92))
     ax.axis("off")
     ax.set_xlim(-0.6, max(x for x, _ in pos.values()) + 0.6)
@@ -149,7 +149,7 @@ def draw_tree(tree: Any, path: str | os.PathLike[str] | None = None, *, chosen: 
         label = _label(n, width, text)
         hot = n.id in on_path
         face = "#f3f4f6" if n.id == 0 else cmap(0.15 + 0.7 * max(0.0, min(1.0, n.reward)))
-        t = ax.text(x, y, label, ha="center", va="center", fontsize=7.5 if text else 7, zorder=3, linespacing=1.2,
+        t = ax.text(x, y, label, ha="center", va="center", fontsize=8.5 if text else 7.5, zorder=3, linespacing=1.2,
                     fontweight="bold" if hot else "normal")
         t.set_bbox(dict(boxstyle="round,pad=0.3", fc=face, ec=_CHOSEN if hot else "#4b5563", lw=2.2 if hot else 0.8,
                         alpha=0.95))

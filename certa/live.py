@@ -200,6 +200,8 @@ class LiveTable:
             if row is None:
                 return
             self._changed.add(row.program_id)
+            if ev.kind == "exit":
+                self._sync_live()
             last_exit = ev.kind == "exit" and not any(r.status == "running" for r in self.rows)
             if last_exit or self.clock() - self._last >= self.interval:
                 self.refresh()
@@ -251,11 +253,20 @@ class LiveTable:
 
     # ---- drawing ----------------------------------------------------------------------
     def _sync_live(self) -> None:
-        """Read knob and tokens of running programs straight from the runtime (cheap, exact)."""
+        """Read knob and tokens of running programs straight from the runtime (cheap, exact).
+
+        A running row whose program has left the runtime without an exit event was cancelled
+        (e.g. a sub-program whose caller stopped early).
+        """
         active = self.runtime.active_programs
         for r in self.rows:
-            prog = active.get(r.program_id) if r.status == "running" else None
-            if prog is not None:
+            if r.status != "running":
+                continue
+            prog = active.get(r.program_id)
+            if prog is None:
+                r.status, r.inflight, r.steps, r.updated = "cancelled", 0, 0, self.clock()
+                self._changed.add(r.program_id)
+            else:
                 r.knob_used, r.tokens = prog.knob_value, prog.tokens.total
 
     def refresh(self) -> None:

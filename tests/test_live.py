@@ -24,12 +24,26 @@ class FakeClock:
         return self.t
 
 
+class FakeProgram:
+    def __init__(self) -> None:
+        self.knob, self.policy, self.knob_value, self.tokens = ct.Knob("iterations", cap=4), None, 0, ct.TokenUsage()
+
+
 class FakeRuntime:
-    """Just what LiveTable reads: an event bus and the active programs."""
+    """Just what LiveTable reads: an event bus and the active programs (kept like the Runtime does)."""
 
     def __init__(self) -> None:
         self.events = EventBus()
         self.active_programs: dict = {}
+
+    def start(self, pid: str) -> FakeProgram:
+        prog = self.active_programs[pid] = FakeProgram()
+        self.events.emit("program_start", pid, name=pid.split("-")[0], knob_cap=4)
+        return prog
+
+    def exit(self, pid: str, **data) -> None:
+        self.active_programs.pop(pid, None)
+        self.events.emit("exit", pid, **{"reason": "cap", "tokens": 0, "tokens_saved": 0, "error": None, **data})
 
 
 def test_rendering_escapes_nests_and_marks_the_threshold():
@@ -57,20 +71,21 @@ def test_rendering_caps_rows_running_first():
 def test_redraws_are_rate_limited_with_a_fake_clock():
     rt, clock, out = FakeRuntime(), FakeClock(), io.StringIO()
     live = LiveTable(rt, mode="text", max_hz=2, out=out, clock=clock)
-    rt.events.emit("program_start", "p-0", name="p", knob_cap=4)
+    prog = rt.start("p-0")
     assert live.renders == 1, "the first event draws at once"
     for i in range(100):
         rt.events.emit("certaindex", "p-0", value=i / 100, signals={}, knob=1)
     assert live.renders == 1, "a burst within 0.5 s does not redraw"
     clock.t = 0.6
+    prog.tokens.add("main", 7)
     rt.events.emit("request_done", "p-0", "s", 0, rid="r", token_kind="main", tokens=7)
     assert live.renders == 2 and live.rows[0].certaindex == 0.99 and live.rows[0].tokens == 7
-    rt.events.emit("exit", "p-0", reason="certaindex", tokens=7, tokens_saved=21, error=None)
+    rt.exit("p-0", reason="certaindex", tokens=7, tokens_saved=21)
     assert live.renders == 3, "the last program's exit always draws"
-    rt.events.emit("program_start", "unknown", name="q", knob_cap=None)
+    rt.start("q-1")
     live.close()
     live.close()
-    rt.events.emit("exit", "unknown", reason="cap", tokens=0, tokens_saved=0, error=None)
+    rt.exit("q-1")
     assert live.rows[1].status == "running", "closed tables stop listening"
     assert "exit:certaindex" in out.getvalue() and "[certa live]" in out.getvalue()
 
@@ -78,8 +93,8 @@ def test_redraws_are_rate_limited_with_a_fake_clock():
 async def test_a_trailing_redraw_shows_the_last_state():
     rt, out = FakeRuntime(), io.StringIO()
     live = LiveTable(rt, mode="text", max_hz=20, out=out)
-    rt.events.emit("program_start", "p-0", name="p", knob_cap=4)
-    rt.events.emit("program_start", "p-1", name="p", knob_cap=4)
+    rt.start("p-0")
+    rt.start("p-1")
     rt.events.emit("certaindex", "p-1", value=0.42, signals={}, knob=2)  # within the interval: not drawn yet
     assert "0.42" not in out.getvalue()
     await asyncio.sleep(0.2)
@@ -107,6 +122,22 @@ async def test_live_table_follows_a_real_batch_with_nested_programs():
     assert nested and all(r.program_id.startswith(results[1].program_id + "/") for r in nested)
     assert rt.events.active is False, "closing unsubscribed"
     assert "[certa live] 0 running · " in out.getvalue().splitlines()[-len(live.rows) - 1]
+
+
+async def test_sub_programs_cancelled_by_their_caller_show_as_cancelled():
+    def respond(req):
+        return "Yes" if "Is this step correct?" in req.prompt else "so \\boxed{4}"
+
+    # the third search is slow: still running when the outer program exits (and cancels it)
+    rt = ct.Runtime(ct.ScriptedBackend(responses=respond,
+                                       latency=lambda req: 5.0 if "/mcts-3" in req.program_id else 0.001))
+    with LiveTable(rt, mode="text", out=io.StringIO()) as live:
+        r = await rt.run(sc_mcts_program(branches_per_round=3, cap=6, iterations=2,
+                                         policy=ct.Threshold(1.0, detect_at=2, every=1)), question="q")
+    assert r.exit_reason == "certaindex"
+    status = {row.program_id: row.status for row in live.rows}
+    assert status[r.program_id + "/mcts-3"] == "cancelled"
+    assert "running" not in status.values()
 
 
 def test_run_sync_in_a_worker_thread_updates_the_table():

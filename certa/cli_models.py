@@ -11,7 +11,6 @@ Example:
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -46,7 +45,7 @@ def list_models() -> None:
 
 
 @app.command("path")
-def path(name: Optional[str] = typer.Argument(None, help="a known name or .gguf path (default: the default model)")) -> None:
+def path(name: str | None = typer.Argument(None, help="a known name or .gguf path (default: the default model)")) -> None:
     """Resolve (assembling from the installed packages if needed) and print the model's path."""
     try:
         typer.echo(str(models.resolve_model(name)))
@@ -55,7 +54,7 @@ def path(name: Optional[str] = typer.Argument(None, help="a known name or .gguf 
 
 
 @app.command("verify")
-def verify(target: Optional[str] = typer.Argument(None, help="a known name or a .gguf path")) -> None:
+def verify(target: str | None = typer.Argument(None, help="a known name or a .gguf path")) -> None:
     """Recompute the sha256 of a model file and compare it with the known checksum."""
     try:
         spec = models.known(target) if target else models.KNOWN_MODELS[models.DEFAULT_MODEL]

@@ -1,0 +1,84 @@
+r"""OpenAI wire format: Completions and Progress as chat/text completion objects and SSE chunks.
+
+Progress travels as chunks with an empty content delta and a ``certa`` extension field
+(``{"event": "certaindex", "value", "knob", "tokens"}``): the official client parses them as
+ordinary chunks (extra fields are kept on the object), other clients see empty deltas.
+
+Example:
+    >>> from certa.serve.completion import Progress
+    >>> f = Formatter("chat", request_id="r1", model="sc", created=0)
+    >>> f.progress(Progress("sc-0", 4, 0.75, 400))["choices"][0]["delta"], f.progress(Progress("sc-0", 4, 0.75, 400))["certa"]["value"]
+    ({'content': ''}, 0.75)
+    >>> sse({"a": 1})
+    b'data: {"a":1}\n\n'
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Literal
+
+from .completion import Completion, Progress
+
+__all__ = ["DONE", "Formatter", "error_body", "sse"]
+
+DONE = b"data: [DONE]\n\n"
+KEEPALIVE = b": keep-alive\n\n"
+
+
+def sse(obj: Any) -> bytes:
+    """One server-sent event carrying ``obj`` as compact JSON."""
+    return b"data: " + json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode() + b"\n\n"
+
+
+def error_body(message: str, kind: str, code: str | None, param: str | None = None) -> dict[str, Any]:
+    """OpenAI's error JSON shape."""
+    return {"error": {"message": message, "type": kind, "param": param, "code": code}}
+
+
+class Formatter:
+    """Builds the response objects of one request (``chat`` or ``text`` completions)."""
+
+    def __init__(self, kind: Literal["chat", "text"], *, request_id: str, model: str, created: int) -> None:
+        self.kind, self.model, self.created = kind, model, created
+        self.id = ("chatcmpl-" if kind == "chat" else "cmpl-") + request_id
+
+    def _head(self, obj: str) -> dict[str, Any]:
+        return {"id": self.id, "object": obj, "created": self.created, "model": self.model}
+
+    def response(self, c: Completion) -> dict[str, Any]:
+        """The non-streaming response body."""
+        if self.kind == "chat":
+            choice: dict[str, Any] = {"index": 0, "message": {"role": "assistant", "content": c.content},
+                                      "finish_reason": c.finish_reason, "logprobs": None}
+            head = self._head("chat.completion")
+        else:
+            choice = {"index": 0, "text": c.content, "finish_reason": c.finish_reason, "logprobs": None}
+            head = self._head("text_completion")
+        return {**head, "choices": [choice], "usage": c.usage(), "certa": c.certa()}
+
+    def _chunk(self, delta: dict[str, Any] | None, text: str, finish: str | None) -> dict[str, Any]:
+        if self.kind == "chat":
+            head = self._head("chat.completion.chunk")
+            choice: dict[str, Any] = {"index": 0, "delta": delta or {}, "finish_reason": finish, "logprobs": None}
+        else:
+            head = self._head("text_completion")
+            choice = {"index": 0, "text": text, "finish_reason": finish, "logprobs": None}
+        return {**head, "choices": [choice]}
+
+    def start(self) -> dict[str, Any]:
+        """The first chunk (chat: the assistant role)."""
+        return self._chunk({"role": "assistant", "content": ""}, "", None)
+
+    def progress(self, p: Progress) -> dict[str, Any]:
+        """A certaindex update: an empty content delta plus the ``certa`` extension."""
+        return {**self._chunk({"content": ""}, "", None), "certa": p.as_dict()}
+
+    def final(self, c: Completion, include_usage: bool) -> list[dict[str, Any]]:
+        """The answer chunk, the finish chunk (with the ``certa`` details), and the usage chunk."""
+        out = [self._chunk({"content": c.content}, c.content, None)]
+        out.append({**self._chunk({}, "", c.finish_reason), "certa": {"event": "done", **c.certa()}})
+        if include_usage:
+            out.append({**self._head("chat.completion.chunk" if self.kind == "chat" else "text_completion"),
+                        "choices": [], "usage": c.usage()})
+        return out

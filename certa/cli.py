@@ -248,6 +248,11 @@ try:  # certa calibrate, certa bench tokens, certa traces collect
     app.add_typer(_eval.traces_app, name="traces", help=_eval.TRACES_HELP)
 except ImportError:  # pragma: no cover
     pass
+try:  # certa serve
+    from certa.cli_serve import serve as _serve
+    app.command("serve")(_serve)
+except ImportError:  # pragma: no cover
+    pass
 
 
 def main(argv: list[str] | None = None) -> None:

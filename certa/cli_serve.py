@@ -1,0 +1,96 @@
+"""``certa serve``: an OpenAI-compatible reasoning server (registered in :mod:`certa.cli`).
+
+Example:
+    certa serve --program sc --backend scripted --port 8000 --max-concurrent 64 --max-knob 16
+
+Then any OpenAI client works against ``http://127.0.0.1:8000/v1`` (see ``docs/serve.md``).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, List, Optional
+
+import typer
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+__all__ = ["serve"]
+
+
+class _ServeOptions(BaseModel):
+    """The ``serve`` options that typer's types alone do not check."""
+
+    model_config = ConfigDict(extra="forbid")
+    port: int = Field(ge=0, le=65535)
+    max_concurrent: Optional[int] = Field(default=None, ge=1)
+    max_knob: Optional[int] = Field(default=None, ge=1)
+    max_tokens: Optional[int] = Field(default=None, ge=1)
+    max_inflight: Optional[int] = Field(default=None, ge=1)
+    shutdown_timeout: float = Field(ge=0)
+    answer_format: str = Field(pattern="^(boxed|plain)$")
+
+
+def serve(
+    program: List[str] = typer.Option(["sc"], "--program", help="built-in program (sc, cot, mcts, rebase, sc-mcts) "
+                                      "or FILE.py:graph; repeat to serve several (the request's model picks one)"),
+    backend: str = typer.Option("auto", help="auto, llamacpp, scripted, openai, sglang, sglang-http"),
+    model: Optional[str] = typer.Option(None, help="GGUF path or model name (llamacpp), model path (sglang)"),
+    url: Optional[str] = typer.Option(None, help="server URL(s), comma-separated (openai, sglang-http)"),
+    host: str = typer.Option("127.0.0.1", help="address to bind (loopback by default)"),
+    port: int = typer.Option(8000, help="port to bind"),
+    scheduler: str = typer.Option("certa", help="certa, certa-nocd, app-fifo, lpm, fcfs (one for all requests)"),
+    max_concurrent: Optional[int] = typer.Option(None, help="programs running at once; more get 429"),
+    max_knob: Optional[int] = typer.Option(None, help="largest knob cap a request may ask for (else 400)"),
+    max_tokens: Optional[int] = typer.Option(None, help="largest max_tokens a request may ask for (else 400); "
+                                             "also the default token budget"),
+    max_inflight: Optional[int] = typer.Option(None, help="backend requests admitted at once; the scheduler "
+                                               "orders the rest"),
+    answer_format: str = typer.Option("boxed", help="boxed (\\boxed{18}) or plain (18)"),
+    shutdown_timeout: float = typer.Option(30.0, help="seconds running programs get to finish on shutdown"),
+    log_level: str = typer.Option("info", help="debug, info, warning, error"),
+    debug: bool = typer.Option(False, help="show full tracebacks"),
+) -> None:
+    """Serve reasoning programs behind an OpenAI-compatible API with certaindex early exit.
+
+    Example: certa serve --program sc --backend scripted --port 8000
+    """
+    from certa.cli import _fail, console
+    from certa.runtime.errors import CertaError, ConfigError
+    try:
+        try:
+            _ServeOptions(port=port, max_concurrent=max_concurrent, max_knob=max_knob, max_tokens=max_tokens,
+                          max_inflight=max_inflight, shutdown_timeout=shutdown_timeout, answer_format=answer_format)
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            raise ConfigError(f"--{str(err['loc'][0]).replace('_', '-')}: {err['msg']}") from None
+        server = _build_server(program, backend, model, url, scheduler, max_concurrent=max_concurrent,
+                               max_knob=max_knob, max_tokens=max_tokens, max_inflight=max_inflight,
+                               answer_format=answer_format)
+        logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        console.print(f"serving [bold]{', '.join(server.models)}[/bold] on http://{host}:{port}/v1 with backend "
+                      f"[bold]{type(server.runtime.backend).__name__}[/bold], scheduler [bold]{scheduler}[/bold]")
+        from certa.serve.launch import run
+        run(server, host, port, shutdown_timeout=shutdown_timeout, log_level=log_level)
+    except (CertaError, OSError) as exc:
+        _fail(exc, debug)
+
+
+def _build_server(programs: List[str], backend: str, model: Optional[str], url: Optional[str], scheduler: str,
+                  **limits: Any):
+    from certa.cli import _auto_backend
+    from certa.serve import Server
+    if backend == "auto":
+        backend = _auto_backend()
+    opts: dict[str, Any] = {}
+    if model and backend in ("llamacpp", "sglang"):
+        opts["model" if backend == "llamacpp" else "model_path"] = model
+    if url:
+        opts["urls" if backend == "sglang-http" else "base_url"] = url.split(",") if "," in url else url
+    specs = {_name(p): p for p in programs}
+    return Server(specs, backend, scheduler=scheduler, **limits, **opts)
+
+
+def _name(spec: str) -> str:
+    """The model name a program is served under: the built-in name, or the attribute of FILE.py:attr."""
+    path, _, attr = spec.partition(":")
+    return attr or (path.rsplit("/", 1)[-1].removesuffix(".py") if path.endswith(".py") else path)

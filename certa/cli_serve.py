@@ -36,6 +36,8 @@ def serve(
     backend: str = typer.Option("auto", help="auto, llamacpp, scripted, openai, sglang, sglang-http"),
     model: Optional[str] = typer.Option(None, help="GGUF path or model name (llamacpp), model path (sglang)"),
     url: Optional[str] = typer.Option(None, help="server URL(s), comma-separated (openai, sglang-http)"),
+    backend_opt: List[str] = typer.Option([], "--backend-opt", help="extra backend option KEY=VALUE (VALUE as "
+                                          "JSON if it parses), repeatable, e.g. --backend-opt max_in_flight=8"),
     host: str = typer.Option("127.0.0.1", help="address to bind (loopback by default)"),
     port: int = typer.Option(8000, help="port to bind"),
     scheduler: str = typer.Option("certa", help="certa, certa-nocd, app-fifo, lpm, fcfs (one for all requests)"),
@@ -63,7 +65,7 @@ def serve(
         except ValidationError as exc:
             err = exc.errors()[0]
             raise ConfigError(f"--{str(err['loc'][0]).replace('_', '-')}: {err['msg']}") from None
-        server = _build_server(program, backend, model, url, scheduler, max_concurrent=max_concurrent,
+        server = _build_server(program, backend, model, url, backend_opt, scheduler, max_concurrent=max_concurrent,
                                max_knob=max_knob, max_tokens=max_tokens, max_inflight=max_inflight,
                                answer_format=answer_format)
         logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -75,22 +77,43 @@ def serve(
         _fail(exc, debug)
 
 
-def _build_server(programs: List[str], backend: str, model: Optional[str], url: Optional[str], scheduler: str,
-                  **limits: Any):
+def _build_server(programs: List[str], backend: str, model: Optional[str], url: Optional[str],
+                  backend_opts: List[str], scheduler: str, **limits: Any):
     from certa.cli import _auto_backend
     from certa.serve import Server
     if backend == "auto":
         backend = _auto_backend()
-    opts: dict[str, Any] = {}
+    opts: dict[str, Any] = _parse_opts(backend_opts)
     if model and backend in ("llamacpp", "sglang"):
         opts["model" if backend == "llamacpp" else "model_path"] = model
     if url:
         opts["urls" if backend == "sglang-http" else "base_url"] = url.split(",") if "," in url else url
     specs = {_name(p): p for p in programs}
-    return Server(specs, backend, scheduler=scheduler, **limits, **opts)
+    try:
+        return Server(specs, backend, scheduler=scheduler, **limits, **opts)
+    except TypeError as exc:  # an option the backend does not take
+        from certa.runtime.errors import ConfigError
+        raise ConfigError(f"bad option for backend {backend!r}: {exc}", hint="see docs/backends.md") from None
 
 
 def _name(spec: str) -> str:
     """The model name a program is served under: the built-in name, or the attribute of FILE.py:attr."""
     path, _, attr = spec.partition(":")
     return attr or (path.rsplit("/", 1)[-1].removesuffix(".py") if path.endswith(".py") else path)
+
+
+def _parse_opts(items: List[str]) -> dict[str, Any]:
+    """``KEY=VALUE`` pairs; a VALUE that parses as JSON is taken as JSON (``8``, ``false``, ``["a"]``)."""
+    import json
+
+    from certa.runtime.errors import ConfigError
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        if not sep or not key.isidentifier():
+            raise ConfigError(f"--backend-opt {item!r}: expected KEY=VALUE", hint="e.g. --backend-opt max_in_flight=8")
+        try:
+            out[key] = json.loads(raw)
+        except ValueError:
+            out[key] = raw
+    return out

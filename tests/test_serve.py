@@ -5,6 +5,8 @@ graceful shutdown, metrics; plus the request schemas and the ``certa serve`` com
 from __future__ import annotations
 
 import asyncio
+import doctest
+import importlib
 import os
 import pathlib
 import re
@@ -261,7 +263,8 @@ def test_request_schemas():
 
 def test_cli_serve_answers_then_shuts_down_on_sigterm():
     """``certa serve`` on the scripted backend: one request over HTTP, then SIGTERM exits cleanly."""
-    import httpx
+    httpx = pytest.importorskip("httpx")
+    pytest.importorskip("uvicorn", reason="uvicorn is not installed (pip install 'certa[serve]')")
     proc = subprocess.Popen([sys.executable, "-m", "certa", "serve", "--backend", "scripted", "--port", "0",
                              "--max-knob", "8", "--log-level", "info"], cwd=ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, env={**os.environ, "COLUMNS": "200"})
@@ -286,3 +289,14 @@ def test_cli_serve_answers_then_shuts_down_on_sigterm():
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+@pytest.mark.parametrize("name", ["serve", "serve.errors", "serve.schemas", "serve.metrics", "serve.completion",
+                                  "serve.programs", "serve.server", "serve.format", "serve.http", "serve.launch"])
+def test_module_examples_run(name):
+    if name in ("serve.http", "serve.launch"):
+        pytest.importorskip("starlette", reason="starlette is not installed (pip install 'certa[serve]')")
+        pytest.importorskip("uvicorn", reason="uvicorn is not installed (pip install 'certa[serve]')")
+    module = importlib.import_module(f"certa.{name}")
+    result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
+    assert result.attempted > 0 and result.failed == 0

@@ -146,7 +146,7 @@ def test_malformed_json_and_unknown_field(served):
 
 
 def test_client_disconnect_aborts_every_backend_request(served, client, backend):
-    bg, server = served
+    _, server = served
     slow = [{"role": "user", "content": "slow: what is it?"}]
     stream = client.chat.completions.create(model="sc", messages=slow, stream=True)
     first = next(iter(stream))

@@ -19,7 +19,8 @@ from typing import Any
 from .completion import Completion, Heartbeat, Progress
 from .errors import BadRequestError, ServerBusyError, ShuttingDownError, UnknownModelError
 from .schemas import CertaOptions
-from .server import CompletionStream, Server
+from .server import Server
+from .stream import CompletionStream
 
 __all__ = ["BadRequestError", "CertaOptions", "Completion", "CompletionStream", "Heartbeat", "Progress", "Server",
            "ServerBusyError", "ShuttingDownError", "UnknownModelError", "create_app", "start_background"]

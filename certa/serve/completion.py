@@ -86,7 +86,7 @@ class Completion:
 
     @classmethod
     def from_result(cls, result: Result, *, request_id: str, model: str, answer_format: str, latency_s: float,
-                    deadline_s: float | None = None) -> "Completion":
+                    deadline_s: float | None = None) -> Completion:
         return cls(request_id=request_id, model=model, program_id=result.program_id, answer=result.answer,
                    content=format_answer(result.answer, answer_format),
                    finish_reason="length" if result.exit_reason == "length" else "stop",

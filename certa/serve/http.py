@@ -39,7 +39,8 @@ from .completion import Completion, Heartbeat, Progress
 from .errors import BadRequestError, error_type, http_status
 from .format import DONE, KEEPALIVE, Formatter, error_body, sse
 from .schemas import ChatRequest, CompletionRequest, parse_request
-from .server import CompletionStream, Server
+from .server import Server
+from .stream import CompletionStream
 
 __all__ = ["create_app"]
 
@@ -176,7 +177,7 @@ class _Plain:
     async def _run(self) -> Response:
         try:
             c = await self.server.complete(self.question, **self.opts)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:  # noqa: BLE001 - likewise
             return _error(exc, self.opts["request_id"])
         return JSONResponse(self.fmt.response(c))
 

@@ -28,8 +28,8 @@ __all__ = ["BackgroundServer", "run", "start_background"]
 
 def _uvicorn() -> Any:
     try:
-        import uvicorn
         import starlette  # noqa: F401
+        import uvicorn
     except ImportError as exc:
         raise ConfigError(f"the HTTP server needs starlette and uvicorn ({exc.name} is missing)",
                           hint="pip install 'certa[serve]'") from None
@@ -71,7 +71,7 @@ class BackgroundServer:
         self._thread.join(timeout)
         self._sock.close()
 
-    def __enter__(self) -> "BackgroundServer":
+    def __enter__(self) -> BackgroundServer:
         return self
 
     def __exit__(self, *exc: Any) -> None:

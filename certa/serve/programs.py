@@ -77,7 +77,7 @@ class ServedProgram:
         self._variants: OrderedDict[tuple[str | None, str | None], Any] = OrderedDict()
 
     @classmethod
-    def resolve(cls, spec: Any, name: str | None = None) -> "ServedProgram":
+    def resolve(cls, spec: Any, name: str | None = None) -> ServedProgram:
         """From a built-in name, ``FILE.py:attr``, a compiled graph or a Program class."""
         if isinstance(spec, str):
             from certa.loading import load_target

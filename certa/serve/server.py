@@ -27,40 +27,27 @@ import math
 import time
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 from certa.runtime.backends.base import Backend
 from certa.runtime.errors import ConfigError, LimitExceededError
 from certa.runtime.events import Event
 from certa.runtime.policy import Policy
-from certa.runtime.program import Program
 from certa.runtime.program_run import RuntimeLimits
 from certa.runtime.result import Result
 from certa.runtime.runtime import Runtime
 from certa.runtime.scheduler import AdmissionLimits, Scheduler, SchedulingPolicy
 
-from .completion import Completion, Heartbeat, Progress
+from .completion import Completion
 from .errors import ServerBusyError, ShuttingDownError, UnknownModelError
 from .metrics import ServeMetrics, render_prometheus
 from .programs import ServedProgram
 from .schemas import CertaOptions, parse_request
+from .stream import CompletionStream, Job
 
 __all__ = ["CompletionStream", "Server"]
 
 log = logging.getLogger("certa.serve")
-
-
-@dataclass(eq=False)
-class _Job:
-    request_id: str
-    model: str
-    program: Program
-    answer_format: str
-    deadline_s: float | None
-    t0: float = field(default_factory=time.perf_counter)
-    task: asyncio.Task | None = None
-    ended: bool = False
 
 
 class Server:
@@ -113,7 +100,7 @@ class Server:
         self.answer_format = answer_format
         self.started = time.time()
         self.stats = ServeMetrics()
-        self._jobs: set[_Job] = set()
+        self._jobs: set[Job] = set()
         self._watch: dict[str, asyncio.Event] = {}
         self._unsubscribe: Any = None
         self._closing = False
@@ -158,7 +145,7 @@ class Server:
             raise
         return self._conclude(job, result)
 
-    def stream(self, question: str, *, heartbeat_s: float | None = None, **overrides: Any) -> "CompletionStream":
+    def stream(self, question: str, *, heartbeat_s: float | None = None, **overrides: Any) -> CompletionStream:
         """Run the program on ``question``, yielding :class:`Progress` updates then the Completion.
 
         Validation and admission happen here (errors raise at once). Use ``async with`` (or
@@ -200,14 +187,14 @@ class Server:
         if self._owns_backend:
             await self.runtime.close()
 
-    async def __aenter__(self) -> "Server":
+    async def __aenter__(self) -> Server:
         return self
 
     async def __aexit__(self, *exc: Any) -> None:
         await self.shutdown()
 
     # ---- internals ------------------------------------------------------------------
-    def _prepare(self, question: str, overrides: dict[str, Any]) -> _Job:
+    def _prepare(self, question: str, overrides: dict[str, Any]) -> Job:
         """Validate a request and admit it (sync, so admission cannot race)."""
         try:
             job = self._build(question, dict(overrides))
@@ -218,7 +205,7 @@ class Server:
         self.stats.admitted()
         return job
 
-    def _build(self, question: str, o: dict[str, Any]) -> _Job:
+    def _build(self, question: str, o: dict[str, Any]) -> Job:
         if self._closing:
             raise ShuttingDownError("the server is shutting down")
         model = o.pop("model", None) or self.models[0]
@@ -256,22 +243,22 @@ class Server:
             raise ServerBusyError(f"{n} program{'s are' if n != 1 else ' is'} running, the limit is "
                                   f"{self.max_concurrent} (--max-concurrent)",
                                   retry_after_s=max(1, min(60, math.ceil(mean))))
-        return _Job(request_id, sp.name, prog, opts.answer_format or self.answer_format, opts.deadline_s)
+        return Job(request_id, sp.name, prog, opts.answer_format or self.answer_format, opts.deadline_s)
 
-    def _launch(self, job: _Job) -> None:
+    def _launch(self, job: Job) -> None:
         if self._closing:
             self._end(job, None)
             raise ShuttingDownError("the server is shutting down")
         job.task = asyncio.ensure_future(self.runtime.run(job.program))
 
-    def _conclude(self, job: _Job, result: Result) -> Completion:
+    def _conclude(self, job: Job, result: Result) -> Completion:
         latency = self._end(job, result)
         if result.error is not None:
             raise result.error
         return Completion.from_result(result, request_id=job.request_id, model=job.model,
                                       answer_format=job.answer_format, latency_s=latency, deadline_s=job.deadline_s)
 
-    def _end(self, job: _Job, result: Result | None) -> float:
+    def _end(self, job: Job, result: Result | None) -> float:
         """Record a finished (or cancelled: ``result`` None) job once; returns its latency."""
         latency = time.perf_counter() - job.t0
         if job.ended:
@@ -304,81 +291,6 @@ class Server:
             wake = self._watch.get(ev.program_id)
             if wake is not None:
                 wake.set()
-
-
-class CompletionStream:
-    """Async iterator of :class:`Progress` (and :class:`Heartbeat`) then one :class:`Completion`.
-
-    Also an async context manager: leaving the block early aborts the program.
-    """
-
-    def __init__(self, server: Server, job: _Job, *, progress: bool, heartbeat_s: float | None) -> None:
-        self._server, self._job = server, job
-        self._progress, self._heartbeat_s = progress, heartbeat_s
-        self._wake = asyncio.Event()
-        self._sent = 0
-        self._closed = False
-
-    @property
-    def request_id(self) -> str:
-        return self._job.request_id
-
-    @property
-    def model(self) -> str:
-        return self._job.model
-
-    def __aiter__(self) -> "CompletionStream":
-        return self
-
-    async def __anext__(self) -> Progress | Heartbeat | Completion:
-        job = self._job
-        if self._closed:
-            raise StopAsyncIteration
-        if job.task is None:
-            self._server._launch(job)
-            assert job.task is not None
-            job.task.add_done_callback(lambda _: self._wake.set())
-            await asyncio.sleep(0)  # let the runtime assign the program id before watching it
-            self._server._watch_program(job.program.program_id, self._wake)
-        prog, task = job.program, job.task
-        while True:
-            self._wake.clear()
-            if self._progress and self._sent < len(prog.trajectory):
-                p = prog.trajectory[self._sent]
-                self._sent += 1
-                return Progress(prog.program_id, p.knob, p.value, p.tokens, dict(p.signals))
-            if task.done():
-                self._closed = True
-                if task.cancelled():
-                    self._server._end(job, None)
-                    raise ShuttingDownError("the server shut down before the program finished",
-                                            program=prog.program_id)
-                return self._server._conclude(job, task.result())
-            if self._heartbeat_s is None:
-                await self._wake.wait()
-                continue
-            try:
-                await asyncio.wait_for(self._wake.wait(), self._heartbeat_s)
-            except asyncio.TimeoutError:
-                return Heartbeat()
-
-    async def aclose(self) -> None:
-        """Stop: abort the program if it is still running (its backend requests too)."""
-        if self._closed:
-            return
-        self._closed = True
-        task = self._job.task
-        if task is not None and not task.done():
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
-        finished = task is not None and task.done() and not task.cancelled() and task.exception() is None
-        self._server._end(self._job, task.result() if finished else None)
-
-    async def __aenter__(self) -> "CompletionStream":
-        return self
-
-    async def __aexit__(self, *exc: Any) -> None:
-        await self.aclose()
 
 
 def _reject_reason(exc: BaseException) -> str:

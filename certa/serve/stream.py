@@ -1,0 +1,114 @@
+"""A request in flight: its :class:`Job` record and the :class:`CompletionStream` a caller iterates.
+
+A stream starts its program on the first ``__anext__`` and wakes on the runtime's
+``certaindex`` events for that program (the server dispatches them), reading new points from
+the program's trajectory so none is missed. Closing the stream early cancels the program's
+task; the runtime then aborts every backend request the program has in flight. See
+:meth:`certa.serve.Server.stream` for an example.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from certa.runtime.program import Program
+
+from .completion import Completion, Heartbeat, Progress
+from .errors import ShuttingDownError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .server import Server
+
+__all__ = ["CompletionStream", "Job"]
+
+
+@dataclass(eq=False)
+class Job:
+    """One admitted request: its program, and the task running it once started."""
+
+    request_id: str
+    model: str
+    program: Program
+    answer_format: str
+    deadline_s: float | None
+    t0: float = field(default_factory=time.perf_counter)
+    task: asyncio.Task | None = None
+    ended: bool = False
+
+
+class CompletionStream:
+    """Async iterator of :class:`Progress` (and :class:`Heartbeat`) then one :class:`Completion`.
+
+    Also an async context manager: leaving the block early aborts the program.
+    """
+
+    def __init__(self, server: Server, job: Job, *, progress: bool, heartbeat_s: float | None) -> None:
+        self._server, self._job = server, job
+        self._progress, self._heartbeat_s = progress, heartbeat_s
+        self._wake = asyncio.Event()
+        self._sent = 0
+        self._closed = False
+
+    @property
+    def request_id(self) -> str:
+        return self._job.request_id
+
+    @property
+    def model(self) -> str:
+        return self._job.model
+
+    def __aiter__(self) -> CompletionStream:
+        return self
+
+    async def __anext__(self) -> Progress | Heartbeat | Completion:
+        job = self._job
+        if self._closed:
+            raise StopAsyncIteration
+        if job.task is None:
+            self._server._launch(job)
+            assert job.task is not None
+            job.task.add_done_callback(lambda _: self._wake.set())
+            await asyncio.sleep(0)  # let the runtime assign the program id before watching it
+            self._server._watch_program(job.program.program_id, self._wake)
+        prog, task = job.program, job.task
+        while True:
+            self._wake.clear()
+            if self._progress and self._sent < len(prog.trajectory):
+                p = prog.trajectory[self._sent]
+                self._sent += 1
+                return Progress(prog.program_id, p.knob, p.value, p.tokens, dict(p.signals))
+            if task.done():
+                self._closed = True
+                if task.cancelled():
+                    self._server._end(job, None)
+                    raise ShuttingDownError("the server shut down before the program finished",
+                                            program=prog.program_id)
+                return self._server._conclude(job, task.result())
+            if self._heartbeat_s is None:
+                await self._wake.wait()
+                continue
+            try:
+                await asyncio.wait_for(self._wake.wait(), self._heartbeat_s)
+            except asyncio.TimeoutError:
+                return Heartbeat()
+
+    async def aclose(self) -> None:
+        """Stop: abort the program if it is still running (its backend requests too)."""
+        if self._closed:
+            return
+        self._closed = True
+        task = self._job.task
+        if task is not None and not task.done():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        finished = task is not None and task.done() and not task.cancelled() and task.exception() is None
+        self._server._end(self._job, task.result() if finished else None)
+
+    async def __aenter__(self) -> CompletionStream:
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.aclose()

@@ -190,7 +190,8 @@ def _full_runs(replayer: Replayer) -> list[tuple[list[tuple[int, float]], Any]]:
 def calibrate(cal_problems: Sequence[TraceProblem], program: ProgramKind, *, method: str | None = None,
               seed: int = 0, orders: int = 1, dataset: str | None = None) -> Calibration:
     """Choose ``method``'s policy on ``cal_problems`` (and nothing else): fewest tokens with no
-    accuracy loss vs baseline-even at the full budget (ties: the more conservative)."""
+    accuracy loss vs baseline-even at the full budget (ties: the earlier grid point; within a
+    detection step, the higher tau)."""
     check_not_reserved(cal_problems, dataset)
     method = method or METHODS[program][0]
     rep = Replayer(cal_problems, program, seed=seed, orders=orders, dataset=dataset)

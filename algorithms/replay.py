@@ -13,7 +13,7 @@ r"""Replay programs: recorded traces as Programs whose decisions come from the r
 
 Both are ordinary :class:`~certa.runtime.program.Program` subclasses: they run in the real
 :class:`~certa.runtime.Runtime` over a :class:`~certa.runtime.backends.replay.ReplayBackend`,
-and :func:`drive` runs the same loop synchronously (no event loop, ~100x faster) for
+and :func:`drive` runs the same loop synchronously (no event loop, ~3x less CPU) for
 calibration sweeps; ``tests/test_replay.py`` checks that both give identical results. Any
 :class:`~certa.runtime.policy.Policy` decides: Threshold, Even, Length, Pareto, ESC,
 Adaptive-Consistency, ... Tokens are counted by kind exactly as the runtime counts them

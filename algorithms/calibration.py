@@ -25,6 +25,7 @@ Example:
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -129,7 +130,7 @@ def even_ladder(replayer: Replayer) -> list[Candidate]:
 
 
 def _tau_grid(values: list[float], limit: int = 14) -> list[float]:
-    vals = sorted({round(v, 6) for v in values if v > 0.0} | {1.0})
+    vals = sorted({math.floor(v * 1e6) / 1e6 for v in values if v > 0.0} | {1.0})  # floor: c >= tau holds
     if len(vals) > limit:
         vals = sorted({vals[round(i * (len(vals) - 1) / (limit - 1))] for i in range(limit)})
     return vals[::-1]  # most conservative first

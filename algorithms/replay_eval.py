@@ -132,7 +132,8 @@ class Replayer:
         self.backend = ReplayBackend(self.problems)
         self._memo: dict = {}
         self._grades: dict = {}
-        self._orders = {str(p.idx): [sample_order(p, seed, r) for r in range(orders)] for p in self.problems} \
+        n = self.n_samples  # every problem gets the same budget: the fewest samples any problem has
+        self._orders = {str(p.idx): [sample_order(p, seed, r)[:n] for r in range(orders)] for p in self.problems} \
             if program == "sc" else {}
 
     @property

@@ -190,3 +190,12 @@ def test_replayer_averages_orders_per_problem():
         assert full.main[i] == sum(s.tokens for s in p.samples) and full.tokens[i] == full.main[i]
     early = Replayer(problems, "sc", orders=3, seed=1).run(Threshold(1.0, detect_at=2))
     assert early.mean_tokens < full.mean_tokens and sum(early.exits.values()) == 3 * len(problems)
+
+
+def test_every_problem_gets_the_same_sample_budget():
+    a = problem([10, 10, 10], ["1", "1", "2"], idx=0)
+    b = problem([5, 5, 5, 5, 5], ["1", "2", "3", "4", "5"], idx=1)
+    rep = Replayer([a, b], "sc")
+    assert rep.n_samples == 3
+    never = rep.run(None)  # no policy: draws up to the common budget, not all five
+    assert never.main.tolist() == [30.0, 15.0] and never.knob.tolist() == [3.0, 3.0]

@@ -137,12 +137,16 @@ def test_bad_requests_are_4xx_in_openai_shape(client, kwargs, status, message):
     assert err.body["type"] == "invalid_request_error"
 
 
-def test_malformed_json_and_unknown_field(served):
-    bg, _ = served
+def test_malformed_json_unknown_field_and_oversized_body(served):
+    bg, server = served
+    before = server.metrics()["requests_rejected"].get("bad_request", 0)
     r = httpx.post(bg.base_url + "/chat/completions", content=b"{nope", headers={"content-type": "application/json"})
     assert r.status_code == 400 and r.json()["error"]["code"] == "CT410"
     r = httpx.post(bg.base_url + "/chat/completions", json={"model": "sc", "messages": QUESTION, "tools": []})
     assert r.status_code == 400 and "tools: unsupported field" in r.json()["error"]["message"]
+    r = httpx.post(bg.base_url + "/completions", content=b"x" * (5 << 20))
+    assert r.status_code == 400 and "over the limit" in r.json()["error"]["message"]
+    assert server.metrics()["requests_rejected"]["bad_request"] == before + 3
 
 
 def test_client_disconnect_aborts_every_backend_request(served, client, backend):

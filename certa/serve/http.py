@@ -125,6 +125,9 @@ class _Api:
     async def _handle(self, request: Request, schema: type, kind: str) -> Any:
         rid = request.state.request_id
         try:
+            declared = request.headers.get("content-length", "")
+            if declared.isdigit() and int(declared) > self.max_body_bytes:  # refuse before reading it
+                raise BadRequestError(f"the request body has {declared} bytes, over the limit of {self.max_body_bytes}")
             body = await request.body()
             if len(body) > self.max_body_bytes:
                 raise BadRequestError(f"the request body has {len(body)} bytes, over the limit of {self.max_body_bytes}")
@@ -134,6 +137,10 @@ class _Api:
                 raise BadRequestError("the request body is not valid JSON") from None
             req = parse_request(schema, data)
             question = req.question()
+        except Exception as exc:  # noqa: BLE001 - refused before the server saw it: count it here
+            self.server.stats.rejected("bad_request")
+            return _error(exc, rid)
+        try:
             opts = {"model": req.model, "request_id": rid, "max_tokens": req.budget(), "seed": req.seed,
                     **req.certa.model_dump(exclude_none=True, exclude={"progress"})}
             fmt = Formatter(kind, request_id=rid, model=req.model, created=int(time.time()))  # type: ignore[arg-type]

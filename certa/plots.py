@@ -1,4 +1,5 @@
-"""Plots of runs: the certaindex trajectory of one or more results (matplotlib, imported lazily).
+"""Plots (matplotlib, imported lazily): certaindex trajectories of runs, tokens vs accuracy of a
+token benchmark, SLO attainment of a serving-simulator sweep.
 
 Every function returns a matplotlib ``Figure`` (it shows inline in Jupyter) and, given a
 ``path``, also writes it there (``.png`` or ``.svg``, chosen by the suffix). Install with
@@ -28,7 +29,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
     from certa.runtime.result import Result
 
-__all__ = ["new_figure", "plot_certaindex", "save_figure"]
+__all__ = ["new_figure", "plot_certaindex", "plot_slo", "plot_tokens_accuracy", "save_figure"]
 
 PALETTE = ("#2563eb", "#ea580c", "#16a34a", "#9333ea", "#dc2626", "#0891b2", "#ca8a04", "#db2777")
 
@@ -158,6 +159,80 @@ def plot_certaindex(results: "Result | Sequence[Result]", path: str | os.PathLik
     ax.set_title(title or (f"{r0.name}: answer {r0.answer!r}, exit {r0.exit_reason}, {r0.tokens.total} tokens"
                            if single else "certaindex trajectories"), fontsize=10)
     ax.legend(loc="lower right", fontsize=8, framealpha=0.9)
+    fig.tight_layout()
+    save_figure(fig, path)
+    return fig
+
+
+def plot_tokens_accuracy(report: dict[str, Any], path: str | os.PathLike[str] | None = None, *,
+                         title: str | None = None) -> "Figure":
+    """Accuracy vs decode tokens per problem, one curve per method, from a token benchmark report.
+
+    ``report`` is what :func:`certa.algorithms.bench_tokens.bench_tokens` returns (the JSON of
+    ``certa bench tokens``). Baselines are drawn as curves; each calibrated method as its
+    curve (thin) with the calibrated choice as a star, labelled with its token ratio and
+    accuracy change against baseline-even at the full budget.
+    """
+    methods = report.get("methods")
+    if not isinstance(methods, dict):
+        raise ConfigError("expected a token benchmark report with 'methods'", hint="from bench_tokens(...)")
+    fig = new_figure(7.2, 4.6)
+    ax = fig.add_subplot()
+    for i, (name, m) in enumerate(methods.items()):
+        if "tokens" not in m:
+            continue
+        color = PALETTE[i % len(PALETTE)]
+        curve = sorted((p["tokens"], p["accuracy"]) for p in m.get("curve", []))
+        if name.startswith("baseline"):
+            ax.plot(*zip(*curve), marker="o", ms=3, lw=1.5, color=color, label=name)
+            continue
+        if curve:
+            ax.plot(*zip(*curve), lw=0.9, alpha=0.45, color=color)
+        ax.plot([m["tokens"]], [m["accuracy"]], marker="*", ms=13, ls="none", color=color,
+                label=f"{name} ({m['token_ratio']:.2f}x tokens, {100 * m['accuracy_delta']:+.1f} pt)")
+    ax.set_xlabel("decode tokens per problem (main + probe + score)")
+    ax.set_ylabel(f"accuracy ({report.get('heldout_problems', '?')} held-out problems)")
+    models = ", ".join(report.get("models", []))
+    ax.set_title(title or f"{str(report.get('program', '')).upper()} on traces ({models})", fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7.5, loc="lower right")
+    fig.tight_layout()
+    save_figure(fig, path)
+    return fig
+
+
+def plot_slo(result: dict[str, Any], path: str | os.PathLike[str] | None = None, *,
+             title: str | None = None) -> "Figure":
+    """SLO attainment vs arrival rate and vs SLO scale, one line per scheduling policy.
+
+    ``result`` is what :func:`certa.runtime.sim.sweep.run_sweep` returns (the JSON of
+    ``certa sim simulate``). The dashed line is the attainment target (90% by default).
+    """
+    sweep, slo = result.get("rate_sweep"), result.get("slo_sweep")
+    if not isinstance(sweep, dict) or not isinstance(slo, dict):
+        raise ConfigError("expected a simulator sweep result with 'rate_sweep' and 'slo_sweep'",
+                          hint="from run_sweep(...) or certa sim simulate --json")
+    target = result.get("spec", {}).get("target", 0.9)
+    fig = new_figure(11.0, 4.0)
+    left, right = fig.add_subplot(1, 2, 1), fig.add_subplot(1, 2, 2)
+    for i, (pol, rows) in enumerate(sweep.items()):
+        color = PALETTE[i % len(PALETTE)]
+        best = result.get("max_rate", {}).get(pol)
+        left.plot([r["rate"] for r in rows], [r["attainment"] for r in rows], marker="o", ms=3, color=color,
+                  label=f"{pol} (max {best:.3g}/s)" if best else pol)
+        right.plot(slo["scales"], slo["attainment"][pol], marker="o", ms=3, color=color, label=pol)
+    left.set_xscale("log")
+    left.set_xlabel("arrival rate (programs/s, Poisson)")
+    right.set_xlabel(f"SLO scale (× mean standalone latency), at {slo['rate']:.3g} programs/s")
+    for ax in (left, right):
+        ax.axhline(target, ls="--", lw=0.8, color="#111827")
+        ax.set_ylim(-0.02, 1.02)
+        ax.set_ylabel("SLO attainment")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8, loc="lower left" if ax is left else "lower right")
+    preset = result.get("preset", {})
+    fig.suptitle(title or f"SIMULATED serving: {preset.get('model', '?')} on {preset.get('hardware', '?')} "
+                          "(estimated costs)", fontsize=10)
     fig.tight_layout()
     save_figure(fig, path)
     return fig

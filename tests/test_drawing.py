@@ -137,3 +137,24 @@ def test_module_examples_run():
     for mod in (certa.drawing, certa.plots, certa.tree_drawing):
         res = doctest.testmod(mod, optionflags=doctest.ELLIPSIS)
         assert res.failed == 0 and res.attempted > 0, mod.__name__
+
+
+def test_tokens_accuracy_and_slo_plots_read_the_reports(tmp_path):
+    from certa.algorithms.bench_tokens import bench_tokens
+    from certa.plots import plot_slo, plot_tokens_accuracy
+    from certa.runtime.sim.sweep import SweepSpec, run_sweep
+    from certa.runtime.sim.synth import synth_traces
+
+    traces = synth_traces(10, seed=0, samples=6, probed=2)
+    fig = plot_tokens_accuracy(bench_tokens(traces, "sc", reps=20), tmp_path / "tokens.png")
+    labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert "baseline-even" in labels and any(x.startswith("certaindex-threshold (") for x in labels)
+    sweep = run_sweep(traces, SweepSpec(policies=["fcfs", "certa"], n_programs=8, rates=[0.05, 0.2],
+                                        slo_scales=[1.0, 3.0], rate_scales=[], refine=0))
+    fig = plot_slo(sweep, tmp_path / "slo.png")
+    assert len(fig.axes) == 2 and "SIMULATED" in fig._suptitle.get_text()
+    assert (tmp_path / "tokens.png").read_bytes().startswith(PNG) and (tmp_path / "slo.png").exists()
+    with pytest.raises(ct.CertaError):
+        plot_slo({"rates": []})
+    with pytest.raises(ct.CertaError):
+        plot_tokens_accuracy({})

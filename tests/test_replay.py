@@ -199,3 +199,13 @@ def test_every_problem_gets_the_same_sample_budget():
     assert rep.n_samples == 3
     never = rep.run(None)  # no policy: draws up to the common budget, not all five
     assert never.main.tolist() == [30.0, 15.0] and never.knob.tolist() == [3.0, 3.0]
+
+
+@pytest.mark.parametrize("module", ["certa.runtime.backends.replay", "certa.algorithms.replay",
+                                    "certa.algorithms.replay_eval", "certa.algorithms.evalstats",
+                                    "certa.algorithms.calibration", "certa.algorithms.bench_tokens",
+                                    "certa.algorithms.collect", "certa.recording"])
+def test_docstring_examples_run(module):
+    import doctest
+    import importlib
+    assert doctest.testmod(importlib.import_module(module), optionflags=doctest.ELLIPSIS).failed == 0

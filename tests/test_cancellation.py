@@ -247,7 +247,7 @@ async def test_cancel_aborts_in_flight_requests_on_llamacpp_engine():
             assert not task.done(), task.result()
             assert time.monotonic() < deadline, "the engine never got busy"
             await asyncio.sleep(0.05)
-        await asyncio.sleep(0.5)
+        await asyncio.sleep(0.2)
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task

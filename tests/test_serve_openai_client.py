@@ -6,6 +6,7 @@ OpenAI's shape, 429 + Retry-After, client disconnects (no live backend rid left)
 
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
@@ -211,3 +212,34 @@ def test_health_models_and_metrics(served, client):
                    'certa_tokens_total{kind="probe"}', "certa_tokens_saved_total", "certa_slo_attainment 1",
                    "certa_queue_depth 0", 'certa_request_latency_seconds_bucket{le="+Inf"}'):
         assert needle in text
+
+
+def test_graceful_shutdown_finishes_fast_programs_and_aborts_slow_ones_with_503():
+    backend = Backend()
+    server = Server({"sc": build("sc", branches_per_round=2, cap=2, max_tokens=16)}, backend)
+    bg = start_background(server, shutdown_timeout=0.3)
+    c = openai.OpenAI(base_url=bg.base_url, api_key="unused", max_retries=0, timeout=30)
+    outcome: dict[str, object] = {}
+
+    def ask(key: str, question: str) -> None:
+        try:
+            outcome[key] = c.chat.completions.create(model="sc", messages=[{"role": "user", "content": question}])
+        except openai.APIStatusError as exc:
+            outcome[key] = exc
+
+    threads = [threading.Thread(target=ask, args=("slow", "slow one")),
+               threading.Thread(target=ask, args=("fast", "What is 9 * 2?"))]
+    threads[0].start()
+    deadline = time.monotonic() + 5
+    while len(backend.live_rids()) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    threads[1].start()
+    while server.stats.started < 2 and time.monotonic() < deadline + 5:  # both admitted
+        time.sleep(0.005)
+    bg.stop()  # what SIGTERM does: drain for shutdown_timeout, abort the rest, close
+    for t in threads:
+        t.join(10)
+    assert outcome["fast"].choices[0].message.content == "\\boxed{18}"
+    slow = outcome["slow"]
+    assert isinstance(slow, openai.APIStatusError) and slow.status_code == 503 and slow.body["code"] == "CT413"
+    assert backend.live_rids() == set() and server.running == 0

@@ -36,23 +36,35 @@ def _uvicorn() -> Any:
     return uvicorn
 
 
-def _config(server: Server, *, shutdown_timeout: float, log_level: str, access_log: bool, **app_options: Any) -> Any:
+def _uvicorn_server(server: Server, *, shutdown_timeout: float, log_level: str, access_log: bool,
+                    **app_options: Any) -> Any:
+    """A uvicorn server whose shutdown first drains the certa Server: listeners close, running
+    programs get ``shutdown_timeout`` seconds, the rest are aborted (their clients get a 503 or an
+    in-stream error), and only then does uvicorn wait for connections and run the app's shutdown."""
     uvicorn = _uvicorn()
     from .http import create_app
-    app = create_app(server, shutdown_timeout=shutdown_timeout, **app_options)
-    # uvicorn waits up to the same timeout for open requests, then cancels them (aborting their programs)
-    return uvicorn.Config(app, log_level=log_level, access_log=access_log, lifespan="on",
-                          timeout_graceful_shutdown=shutdown_timeout)
+    app = create_app(server, shutdown_timeout=0, **app_options)
+    config = uvicorn.Config(app, log_level=log_level, access_log=access_log, lifespan="on",
+                            timeout_graceful_shutdown=5.0)  # after the drain only responses are left to send
+
+    class _Draining(uvicorn.Server):
+        async def shutdown(self, sockets: Any = None) -> None:
+            for s in self.servers:
+                s.close()  # stop accepting while programs finish
+            await server.drain(shutdown_timeout)
+            await super().shutdown(sockets)
+
+    return _Draining(config)
 
 
 def run(server: Server, host: str = "127.0.0.1", port: int = 8000, *, shutdown_timeout: float = 30.0,
         log_level: str = "info", access_log: bool = False, **app_options: Any) -> None:
-    """Serve until SIGINT/SIGTERM, then shut down gracefully (see :func:`certa.serve.http.create_app`)."""
-    uvicorn = _uvicorn()
-    config = _config(server, shutdown_timeout=shutdown_timeout, log_level=log_level, access_log=access_log,
-                     **app_options)
-    config.host, config.port = host, port
-    uvicorn.Server(config).run()
+    """Serve until SIGINT/SIGTERM, then shut down gracefully: running programs get
+    ``shutdown_timeout`` seconds to finish, the rest are aborted, then the backend is closed."""
+    uv = _uvicorn_server(server, shutdown_timeout=shutdown_timeout, log_level=log_level, access_log=access_log,
+                         **app_options)
+    uv.config.host, uv.config.port = host, port
+    uv.run()
 
 
 class BackgroundServer:
@@ -81,10 +93,8 @@ class BackgroundServer:
 def start_background(server: Server, host: str = "127.0.0.1", port: int = 0, *, shutdown_timeout: float = 5.0,
                      log_level: str = "warning", start_timeout: float = 20.0, **app_options: Any) -> BackgroundServer:
     """Serve ``server`` from a background thread (``port=0``: a free port) and wait until it is up."""
-    uvicorn = _uvicorn()
-    config = _config(server, shutdown_timeout=shutdown_timeout, log_level=log_level, access_log=False,
-                     **app_options)
-    uv = uvicorn.Server(config)
+    uv = _uvicorn_server(server, shutdown_timeout=shutdown_timeout, log_level=log_level, access_log=False,
+                         **app_options)
     sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))

@@ -104,6 +104,7 @@ class Server:
         self._watch: dict[str, asyncio.Event] = {}
         self._unsubscribe: Any = None
         self._closing = False
+        self._closed = False
 
     # ---- public API -----------------------------------------------------------------
     @property
@@ -171,12 +172,13 @@ class Server:
                 "backend": type(self.runtime.backend).__name__}
         return render_prometheus(self.metrics(), info)
 
-    async def shutdown(self, timeout: float = 30.0) -> None:
-        """Refuse new requests, let running programs finish for up to ``timeout`` seconds,
-        abort the rest (their backend requests too), then close the backend if it was given by name."""
+    async def drain(self, timeout: float = 30.0) -> None:
+        """Refuse new requests; let running programs finish for up to ``timeout`` seconds, then
+        abort the rest (their backend requests too). Their callers get :class:`ShuttingDownError`."""
         self._closing = True
         pending = [j.task for j in self._jobs if j.task is not None and not j.task.done()]
         if pending and timeout > 0:
+            log.info("shutdown: refusing new requests; %d program(s) running get %.1fs to finish", len(pending), timeout)
             await asyncio.wait(pending, timeout=timeout)
         late = [j.task for j in self._jobs if j.task is not None and not j.task.done()]
         for t in late:
@@ -184,7 +186,12 @@ class Server:
         if late:
             log.warning("shutdown: aborted %d unfinished program(s) after %.1fs", len(late), timeout)
             await asyncio.gather(*late, return_exceptions=True)
-        if self._owns_backend:
+
+    async def shutdown(self, timeout: float = 30.0) -> None:
+        """:meth:`drain`, then close the backend if it was given by name. Idempotent."""
+        await self.drain(timeout)
+        if self._owns_backend and not self._closed:
+            self._closed = True
             await self.runtime.close()
 
     async def __aenter__(self) -> Server:

@@ -84,7 +84,7 @@ def _timed(fn, *args, **kw):
 
 
 # ---- extractors and normalizers ---------------------------------------------------------
-@settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
 @given(core=ADVERSARIAL, wrap=WRAPS, dataset=DATASETS)
 def test_every_extractor_call_returns_fast(core, wrap, dataset):
     text = wrap.replace("@", core)
@@ -150,14 +150,14 @@ def test_math_equal_on_known_hard_pairs_is_bounded(a, b, warm_pool):
 
 
 @needs_mv
-@settings(max_examples=15, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=12, deadline=None, suppress_health_check=list(HealthCheck))
 @given(a=ADVERSARIAL, b=ADVERSARIAL)
 def test_math_equal_on_adversarial_pairs_is_bounded(a, b, warm_pool):
     _check_equal(a, b)
 
 
 @needs_mv
-@settings(max_examples=8, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=6, deadline=None, suppress_health_check=list(HealthCheck))
 @given(pred=ADVERSARIAL, gold=ADVERSARIAL, wrap=WRAPS, dataset=DATASETS)
 def test_grade_on_adversarial_outputs_is_bounded(pred, gold, wrap, dataset, warm_pool):
     text = wrap.replace("@", pred)

@@ -258,3 +258,14 @@ async def test_iteration_records(llama, tmp_path):
     assert recs[-1].source.startswith("llamacpp:qwen2.5-coder-0.5b")
     n = llama.engine.dump_iterations(tmp_path / "it.jsonl")
     assert load_records(tmp_path / "it.jsonl") == recs[:n]
+
+
+async def test_close_is_idempotent_and_refuses_new_work():
+    from certa.runtime.backends.llamacpp import LlamaCppBackend
+    from certa.runtime.errors import BackendError
+    b = LlamaCppBackend(_small_model_path(), n_ctx=256, n_seq=1, n_threads=1)
+    await b.close()
+    await b.close()
+    with pytest.raises(BackendError, match="closed"):
+        await b.generate(GenRequest(prompt=COUNT, max_tokens=2, rid=rid()))
+    assert b.live_rids() == set()

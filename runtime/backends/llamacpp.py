@@ -75,6 +75,8 @@ class LlamaCppBackend(Backend):
     # ---- helpers --------------------------------------------------------------------
     def encode(self, prompt: str, *, chat: bool = False, system: str | None = None, where: GenRequest | None = None) -> list[int]:
         """Prompt tokens (chat-templated when ``chat``), checked against the context size."""
+        if self.engine.closed:
+            raise BackendError("the llama.cpp backend is closed", program=(where.program_id or None) if where else None)
         tokens = self.model.encode_prompt(prompt, chat=chat, system=system)
         if not tokens:
             tokens = self.model.tokenize(" ")

@@ -88,6 +88,8 @@ class LlamaModel:
 
     # ---- tokens ---------------------------------------------------------------------
     def tokenize(self, text: str, *, add_special: bool = False, parse_special: bool = False) -> list[int]:
+        if not self.ptr:
+            raise BackendError(f"model {self.name} is closed")
         data = text.encode("utf-8")
         cap = len(data) + 16
         arr = (lc.llama_token * cap)()

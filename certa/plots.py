@@ -101,6 +101,21 @@ def _threshold_value(threshold: Any) -> dict[str, float]:
     raise ConfigError(f"threshold must be a number, a dict or a policy with tau, not {type(threshold).__name__}")
 
 
+def _knob_positions(pts: Sequence[Any]) -> list[float]:
+    """x of each point: its knob value; several updates at one value (several steps per knob
+    unit, as in MCTS) are spread evenly over [k, k + 1)."""
+    counts: dict[int, int] = {}
+    for p in pts:
+        counts[p.knob] = counts.get(p.knob, 0) + 1
+    seen: dict[int, int] = {}
+    out = []
+    for p in pts:
+        i = seen.get(p.knob, 0)
+        seen[p.knob] = i + 1
+        out.append(p.knob + i / counts[p.knob] if counts[p.knob] > 1 else float(p.knob))
+    return out
+
+
 def plot_certaindex(results: "Result | Sequence[Result]", path: str | os.PathLike[str] | None = None, *,
                     threshold: Any = None, x: str = "knob", title: str | None = None,
                     tokens: bool = True) -> "Figure":
@@ -113,9 +128,10 @@ def plot_certaindex(results: "Result | Sequence[Result]", path: str | os.PathLik
         x: ``"knob"`` (knob units spent) or ``"tokens"`` (all tokens spent so far).
         tokens: for a single run, also draw tokens spent on a second y axis.
 
-    Each point is one certaindex update (after every step). With several signals (AND), the
-    combined value (their minimum) is drawn bold and each signal thin. The exit is marked
-    with the run's exit reason.
+    Each point is one certaindex update (after every step); updates between two knob units
+    (several steps per unit, as in MCTS) are spread evenly between them. With several
+    signals (AND), the combined value (their minimum) is drawn bold and each signal thin.
+    The exit is marked with the run's exit reason.
     """
     runs = [results] if not isinstance(results, (list, tuple)) else list(results)
     if not runs:
@@ -131,7 +147,7 @@ def plot_certaindex(results: "Result | Sequence[Result]", path: str | os.PathLik
         label = "certaindex" if single else r.program_id
         if not pts:
             continue
-        xs = [p.knob if x == "knob" else p.tokens for p in pts]
+        xs = _knob_positions(pts) if x == "knob" else [p.tokens for p in pts]
         ax.plot(xs, [p.value for p in pts], marker="o", ms=4, lw=2, color=color, label=label, zorder=3)
         names = sorted(pts[-1].signals)
         if single and len(names) > 1:
@@ -150,7 +166,7 @@ def plot_certaindex(results: "Result | Sequence[Result]", path: str | os.PathLik
     if single and tokens and runs[0].certaindex and x == "knob":
         tx = ax.twinx()
         pts = runs[0].certaindex
-        tx.plot([p.knob for p in pts], [p.tokens for p in pts], color="#9ca3af", lw=1, drawstyle="steps-post",
+        tx.plot(_knob_positions(pts), [p.tokens for p in pts], color="#9ca3af", lw=1, drawstyle="steps-post",
                 label="tokens")
         tx.set_ylim(0, max(p.tokens for p in pts) * 1.1 + 1)
         tx.set_ylabel("tokens spent", color="#6b7280")

@@ -136,8 +136,9 @@ class Server:
             result = await job.task
         except asyncio.CancelledError:
             self._end(job, None)
-            task = asyncio.current_task()
-            if job.task.cancelled() and task is not None and not task.cancelling():
+            cancelling = getattr(asyncio.current_task(), "cancelling", None)  # Python >= 3.11
+            caller_cancelled = cancelling() > 0 if cancelling is not None else not self._closing
+            if job.task.cancelled() and not caller_cancelled:
                 raise ShuttingDownError("the server shut down before the program finished",
                                         program=job.program.program_id) from None
             raise

@@ -251,3 +251,11 @@ def test_every_error_code_is_documented():
     doc = (pathlib.Path(__file__).parent.parent / "docs" / "errors.md").read_text()
     for cls in E.ALL_ERRORS:
         assert cls.code in doc, f"{cls.code} ({cls.__name__}) missing from docs/errors.md"
+
+
+def test_server_error_codes_are_documented():
+    import pathlib
+    from certa.serve import errors as S
+    doc = (pathlib.Path(__file__).parent.parent / "docs" / "errors.md").read_text()
+    for cls in (S.BadRequestError, S.ServerBusyError, S.UnknownModelError, S.ShuttingDownError):
+        assert cls.code in doc

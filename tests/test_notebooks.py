@@ -6,15 +6,37 @@ Notebooks are committed without outputs.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import pathlib
+import sys
 import time
 
 import pytest
 
+import certa as ct
+from certa.algorithms.library import build
+
 EXAMPLES = pathlib.Path(__file__).resolve().parent.parent / "examples"
 NOTEBOOKS = sorted(EXAMPLES.glob("*.ipynb"))
 TIMEOUT_S = 180
+
+
+@pytest.mark.parametrize("limited", [False, True], ids=["unlimited", "admission-limits"])
+def test_await_and_run_sync_mix_on_one_runtime_inside_a_running_loop(limited):
+    """What a notebook does: top-level ``await runtime.run`` and ``runtime.run_sync`` on the same runtime."""
+    async def cell():
+        sched = ct.Scheduler(limits=ct.AdmissionLimits(max_requests=2)) if limited else None
+        rt = ct.Runtime(ct.ScriptedBackend(responses=["\\boxed{4}"], latency=0.001), scheduler=sched)
+        first = await rt.run(build("sc", cap=8), question="q")
+        synced = rt.run_sync(build("sc", cap=8), question="q")  # a loop is running here, as in Jupyter
+        again = await rt.run(build("sc", cap=8), question="q")
+        return first, synced, again, rt
+
+    results = asyncio.run(cell())
+    assert [r.exit_reason for r in results[:3]] == ["certaindex"] * 3 and all(r.answer == "4" for r in results[:3])
+    assert results[3].backend.live_rids() == set() and not results[3].active_programs
+    assert "nest_asyncio" not in sys.modules, "no nest_asyncio patching of the user's loop"
 
 
 def test_there_are_notebooks():

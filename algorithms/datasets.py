@@ -109,8 +109,8 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
                 continue
             try:
                 row = json.loads(line)
-            except ValueError as exc:
-                raise DatasetError(f"{path}:{lineno}: bad JSON ({exc})") from exc
+            except (ValueError, RecursionError) as exc:
+                raise DatasetError(f"{path}:{lineno}: bad JSON ({type(exc).__name__}: {str(exc)[:120]})") from None
             if not isinstance(row, dict):
                 raise DatasetError(f"{path}:{lineno}: expected a JSON object, got {type(row).__name__}")
             row["__line__"] = lineno

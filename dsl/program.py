@@ -116,10 +116,12 @@ class GraphProgram(Program):
                 continue
             out = b.router(self.state)
             items = out if isinstance(out, (list, tuple)) else [out]
-            sends = [x for x in items if isinstance(x, Send)]
-            if b.max_fanout is not None and len(sends) > b.max_fanout:
-                raise LimitExceededError(f"router returned {len(sends)} Sends, over max_fanout={b.max_fanout}",
-                                         program=self.program_id, step=step)
+            sends = sum(isinstance(x, Send) for x in items)
+            limit = self._ctx.run.runtime.limits.max_fanout if self._ctx else None
+            for bound, what in ((b.max_fanout, "max_fanout"), (limit, "the runtime's max_fanout")):
+                if bound is not None and sends > bound:
+                    raise LimitExceededError(f"router returned {sends} Sends, over {what}={bound}",
+                                             program=self.program_id, step=step)
             for x in items:
                 if x is None or x == END:
                     continue

@@ -6,7 +6,8 @@ each chunk (``seq.probe(probe_text, probe_tokens)``, exact KV rollback, so the p
 is token-identical to an unprobed one), the rest as plain requests. Sampling matches
 :func:`~certa.algorithms.self_consistency.sc_program` (the ``math_cot`` prompt in the chat
 template, T=0.7, sample ``i`` seeded ``seed * 100_000 + i``), so a live SC run with the same
-seed draws the same samples.
+seed samples from the same distribution with the same seeds (not token for token: batched
+llama.cpp decoding is not bit-reproducible across batch shapes).
 
 Each finished problem is one trace line (the DESIGN.md format, plus ``dataset``, sampling
 settings and per sample ``seed``/``finish_reason``, per probe its continuation ``text``,

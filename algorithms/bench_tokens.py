@@ -82,7 +82,8 @@ def bench_tokens(problems: Sequence[TraceProblem], program: ProgramKind, *, cal_
     even = [rep.run(c.policy, k=c.k, interval=c.interval) for c in ladder]
     unit = "samples" if program == "sc" else "tokens"
     methods: dict[str, Any] = {}
-    curve = [_point(c, s, even, reps, seed, f"{c.policy.to_dict()['cap']} {unit}") for c, s in zip(ladder, even)]
+    curve = [_point(c, s, even, reps, seed, f"{c.policy.to_dict()['cap']} {unit}")
+             for c, s in zip(ladder, even, strict=True)]
     methods["baseline-even"] = {**curve[-1], "curve": curve}
     if program == "sc":
         per_sample = even[-1].mean_tokens / max(1, rep.n_samples)
@@ -104,7 +105,8 @@ def bench_tokens(problems: Sequence[TraceProblem], program: ProgramKind, *, cal_
     if program == "cot":
         for preset, (k, t) in PRESETS.items():
             if t % rep.interval:
-                methods[f"dynasor-{preset}"] = {"skipped": f"interval {t} is not a multiple of the trace's {rep.interval}"}
+                skip = f"interval {t} is not a multiple of the trace's {rep.interval}"
+                methods[f"dynasor-{preset}"] = {"skipped": skip}
                 continue
             c = Candidate("preset", Threshold(1.0, detect_at=1, every=1), k=k, interval=t)
             s = rep.run(c.policy, k=k, interval=t)

@@ -182,13 +182,15 @@ class Replayer:
             raise ConfigError(f"CoT interval {interval} is not a multiple of the trace interval {iv} "
                               f"(problem {problem.idx})", hint="probes exist only every trace interval")
         judge = self.grader(problem)
-        return [ReplayCoT(problem, j, k=k, interval=interval, policy=policy, grade=judge, probe_tokens=self.probe_tokens)
+        return [ReplayCoT(problem, j, k=k, interval=interval, policy=policy, grade=judge,
+                          probe_tokens=self.probe_tokens)
                 for j, s in enumerate(problem.samples) if probed(s, iv)]
 
     def run(self, policy: Policy | None, *, k: int | None = None, interval: int | None = None,
             on_program: Callable[[TraceProblem, ReplaySC | ReplayCoT], None] | None = None) -> Scores:
         """Replay ``policy`` on every problem; ``on_program`` sees each finished program."""
-        cols: dict[str, list[float]] = {c: [] for c in ("tokens", "correct", "main", "probe", "score", "prefill", "knob")}
+        names = ("tokens", "correct", "main", "probe", "score", "prefill", "knob")
+        cols: dict[str, list[float]] = {c: [] for c in names}
         exits: Counter = Counter()
         for problem in self.problems:
             progs = self.programs(problem, policy, k=k, interval=interval)

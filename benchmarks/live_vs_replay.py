@@ -103,7 +103,8 @@ def main() -> None:
     for t in chosen:
         prog = ReplaySC(t, lane_order([s.tokens for s in t.samples], args.lanes), policy)
         drive(prog)
-        lane_runs.append({"idx": t.idx, "main": prog.tokens.main, "knob": prog.knob_value, "correct": prog.is_correct()})
+        lane_runs.append({"idx": t.idx, "main": prog.tokens.main, "knob": prog.knob_value,
+                          "correct": prog.is_correct()})
     seeded = Replayer(chosen, "sc", seed=args.seed, orders=16).run(policy)
     rows = asyncio.run(live(problems, policy, args))
     report = {

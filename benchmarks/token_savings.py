@@ -52,7 +52,8 @@ def main() -> None:
                 ci = m["ci95"]["token_ratio"]
                 print(f"  {name:22s} acc {m['accuracy']:.3f} ({100 * m['accuracy_delta']:+.1f} pt) "
                       f"tokens x{m['token_ratio']:.3f} [{ci[0]:.3f}, {ci[1]:.3f}]  {m.get('label', '')}")
-        print(f"  target: {'met by ' + ', '.join(report['targets']['met_by']) if report['targets']['met'] else 'not met'}")
+        t = report["targets"]
+        print(f"  target: {'met by ' + ', '.join(t['met_by']) if t['met'] else 'not met'}")
     policy = calibrate_split(problems, "sc", cal_fraction=args.cal_fraction, seed=args.seed, orders=args.orders,
                              reps=args.reps)
     (out / "sc_policy.json").write_text(json.dumps(policy, indent=1) + "\n")

@@ -102,11 +102,13 @@ def calibrate(
         _fail(exc, debug)
     c, h = result["calibration"], result["heldout"]
     typer.echo(f"policy {json.dumps(result['policy'])} program {json.dumps(result['program'])}")
-    typer.echo(f"calibration ({c['problems']} problems): accuracy {c['accuracy']:.3f} (baseline {c['baseline_accuracy']:.3f}), "
+    typer.echo(f"calibration ({c['problems']} problems): accuracy {c['accuracy']:.3f} "
+               f"(baseline {c['baseline_accuracy']:.3f}), "
               f"tokens x{c['token_ratio']:.3f}")
     ci = h["ci95"]
     typer.echo(f"held-out ({h['bootstrap']['problems']} problems): accuracy {h['accuracy']:.3f} "
-              f"({100 * h['accuracy_delta']:+.1f} pt, 95% CI {_pt(ci['accuracy_delta'])}), tokens x{h['token_ratio']:.3f} "
+              f"({100 * h['accuracy_delta']:+.1f} pt, 95% CI {_pt(ci['accuracy_delta'])}), "
+              f"tokens x{h['token_ratio']:.3f} "
               f"(95% CI {_x(ci['token_ratio'])}), at matched accuracy x{_f(h['iso_token_ratio'])}")
     typer.echo(f"wrote {out_path}")
 
@@ -159,7 +161,8 @@ def bench_tokens(
         if "tokens" not in m:
             typer.echo(f"  {name:22s} skipped: {m.get('skipped')}")
             continue
-        typer.echo(f"  {name:22s} acc {m['accuracy']:.3f} ({100 * m['accuracy_delta']:+5.1f} pt)  tokens {m['tokens']:9.1f}  "
+        typer.echo(f"  {name:22s} acc {m['accuracy']:.3f} ({100 * m['accuracy_delta']:+5.1f} pt)  "
+                   f"tokens {m['tokens']:9.1f}  "
                   f"x{m['token_ratio']:.3f} {_x(m['ci95']['token_ratio'])}  iso x{_f(m['iso_token_ratio'])}  "
                   f"{m.get('label', '')}")
     t = report["targets"]
@@ -185,7 +188,7 @@ def collect(
 ) -> None:
     """Collect SC samples and CoT probe answers per problem into a resumable trace file.
 
-    Example: certa traces collect --dataset gsm8k --idx 0:80 --samples 16 --probe-interval 32 --probe-samples 4 --out t.jsonl
+    Example: certa traces collect --dataset gsm8k --idx 0:80 --samples 16 --probe-samples 4 --out t.jsonl
     """
     try:
         from certa.algorithms.collect import CollectConfig, collect_traces

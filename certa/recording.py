@@ -65,7 +65,8 @@ class RecordingSequence(Sequence):
     def _sync(self) -> None:
         for name in ("text", "tokens", "finished", "finish_reason", "prompt_tokens"):
             setattr(self, name, getattr(self.inner, name))
-        self.tape.text, self.tape.tokens, self.tape.finish = self.inner.text, self.inner.tokens, self.inner.finish_reason
+        tape, inner = self.tape, self.inner
+        tape.text, tape.tokens, tape.finish = inner.text, inner.tokens, inner.finish_reason
 
     async def extend(self, max_new_tokens: int) -> GenResult:
         out = await self.inner.extend(max_new_tokens)

@@ -46,7 +46,8 @@ def test_lines_follow_the_trace_format(tmp_path):
     for p in traces:
         assert p.model == "scripted" and p.interval == 16 and p.gold == "4" and len(p.samples) == 5
         for j, s in enumerate(p.samples):
-            assert s.tokens == len(words(TEXT.format(ans=4))) and s.finished and s.pred in ("4", "5") and s.correct == (s.pred == "4")
+            assert s.tokens == len(words(TEXT.format(ans=4))) and s.finished and s.pred in ("4", "5")
+            assert s.correct == (s.pred == "4")
             if j < 2:
                 assert [q.at for q in s.probes] == list(range(16, s.tokens, 16))
                 extra = s.probes[0].model_extra
@@ -78,7 +79,8 @@ def test_corruption_before_good_lines_and_another_model_are_refused(tmp_path):
     asyncio.run(collect_traces(problems(1), out, scripted(), cfg))
     good = out.read_text()
     with pytest.raises(ConfigError, match="interval"):
-        asyncio.run(collect_traces(problems(2), out, scripted(), CollectConfig(samples=2, probe_samples=0, interval=64)))
+        other = CollectConfig(samples=2, probe_samples=0, interval=64)
+        asyncio.run(collect_traces(problems(2), out, scripted(), other))
     out.write_text("garbage\n" + good)
     with pytest.raises(TraceFormatError, match="corrupt"):
         TraceFile(out)

@@ -125,7 +125,12 @@ class ProgramRun:
         """Send ``req``; retry retryable backend errors (bounded, jittered) under a fresh rid.
 
         Tokens count only for the attempt that succeeds; a failed attempt's rid is aborted.
+        Backends with native priority (SGLang) get the scheduling policy's priority, so the
+        same gang/SJF/aging order reaches the engine's queue.
         """
+        if self.backend.capabilities.priority:
+            sched = self.runtime.scheduler
+            req.priority = sched.policy.priority(sched.ticket(req.rid, self.info, est, hint), sched.clock())
         retry, rng = self.runtime.retry, self.runtime.rng
         for attempt in itertools.count():
             try:

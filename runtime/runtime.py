@@ -32,6 +32,7 @@ from .program import Program
 from .program_run import ProgramRun, RetryPolicy, RuntimeLimits
 from .result import Result
 from .scheduler import Scheduler
+from .schedulers import remaining_steps
 from .types import CertaindexPoint
 
 
@@ -206,9 +207,7 @@ class Runtime:
         info.certaindex, info.knob_used, info.tokens = combined, knob, total
         per_unit = total / (knob or 1)
         info.tokens_per_step = per_unit
-        policy, cap = prog.policy, prog.knob_cap
-        remaining = policy.expected_remaining(prog) if policy is not None else (max(0, cap - knob) if cap else 0)
-        info.est_remaining_tokens = per_unit * remaining
+        info.est_remaining_tokens = per_unit * remaining_steps(prog.policy, prog)
         if self.events.active:
             self.events.emit("certaindex", prog.program_id, value=combined, signals=signals, knob=knob)
 

@@ -261,3 +261,31 @@ def test_run_sync_inside_running_loop():
 
     r = asyncio.run(inner())
     assert r.ok and r.state.answers == ["z", "z"]
+
+
+async def test_native_priority_backends_get_the_scheduling_policy_priority():
+    from certa.runtime.schedulers import make_policy
+    b = ct.ScriptedBackend(responses=["x"], latency=0.01)
+    b.capabilities.priority = True  # as SGLang backends declare
+    rt = ct.Runtime(b, scheduler=ct.Scheduler(policy=make_policy("app-fifo")))
+    first = asyncio.ensure_future(rt.run(make_sc(cap=2, fanout=2), question="q1"))
+    await asyncio.sleep(0.005)
+    await rt.run(make_sc(cap=2, fanout=2), question="q2")
+    await first
+    by_program: dict[str, set[float]] = {}
+    for req in b.requests:
+        by_program.setdefault(req.program_id, set()).add(req.priority)
+    (p1,), (p2,) = by_program["sc-0"], by_program["sc-1"]  # one priority per program (gang)
+    assert p1 < p2  # app-fifo: the older program is more urgent (lower = sooner)
+
+
+async def test_certaindex_informs_the_remaining_work_estimate():
+    seen = {}
+    b = ct.ScriptedBackend(responses=["5"])
+    rt = ct.Runtime(b)
+    rt.events.subscribe(lambda ev: seen.setdefault(ev.data["knob"], rt.scheduler.programs[ev.program_id].est_remaining_tokens)
+                        if ev.kind == "certaindex" else None)
+    r = await rt.run(make_sc(cap=16, fanout=1, policy=ct.Threshold(0.9, detect_at=4)), question="q")
+    assert r.exit_reason == "certaindex" and r.knob_used == 4
+    # agreeing answers: the estimate at knob 3 expects a stop at the detection step (1 more step), not the cap
+    assert seen[3] == pytest.approx(1.0 * (r.tokens.total / 4) * 1, rel=0.01)

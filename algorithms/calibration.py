@@ -214,20 +214,32 @@ def calibrate(cal_problems: Sequence[TraceProblem], program: ProgramKind, *, met
 def calibrate_split(problems: Sequence[TraceProblem], program: ProgramKind, *, cal_fraction: float = 0.5,
                     seed: int = 0, method: str | None = None, orders: int = 1, dataset: str | None = None,
                     reps: int = 1000) -> dict[str, Any]:
-    """Split, calibrate on the calibration part, report on the held-out part; the policy file as a dict."""
+    """Split, calibrate on the calibration part, report on the held-out part; the policy file as a dict.
+
+    For SC's default ``threshold`` method the file also carries a Pareto curve
+    (:meth:`~certa.algorithms.policies.Pareto.fit`, calibrated the same way) under ``alternatives``.
+    """
     check_traces(problems, program)
     cal, held = split_problems(problems, cal_fraction, seed)
-    result = calibrate(cal, program, method=method, seed=seed, orders=orders, dataset=dataset)
-    heldout = report_heldout(result.choice, held, program, seed=seed, orders=orders, dataset=dataset, reps=reps)
-    choice = result.choice
+    method = method or METHODS[program][0]
+    extra = ["pareto"] if program == "sc" and method == "threshold" else []
+    results = [calibrate(cal, program, method=m, seed=seed, orders=orders, dataset=dataset) for m in [method, *extra]]
+    reports = [report_heldout(r.choice, held, program, seed=seed, orders=orders, dataset=dataset, reps=reps)
+               for r in results]  # every calibration is done before the held-out part is read
+    choice = results[0].choice
     spec: dict[str, Any] = {"name": program}
     if choice.k is not None and choice.method != "even":
         spec |= {"k": choice.k, "interval": choice.interval}
     assert choice.policy is not None
-    return {"policy": choice.policy.to_dict(), "program": spec, "method": choice.method,
-            "calibration": result.summary(), "heldout": heldout,
-            "split": {"cal_fraction": cal_fraction, "seed": seed, "orders": orders,
-                      "calibration_idx": [p.idx for p in cal], "heldout_idx": [p.idx for p in held]}}
+    out = {"policy": choice.policy.to_dict(), "program": spec, "method": choice.method,
+           "calibration": results[0].summary(), "heldout": reports[0],
+           "split": {"cal_fraction": cal_fraction, "seed": seed, "orders": orders,
+                     "calibration_idx": [p.idx for p in cal], "heldout_idx": [p.idx for p in held]}}
+    if extra:
+        out["alternatives"] = {m: {"policy": r.choice.policy.to_dict() if r.choice.policy else None,
+                                   "method": r.choice.method, "calibration": r.summary(), "heldout": rep}
+                               for m, r, rep in zip(extra, results[1:], reports[1:], strict=True)}
+    return out
 
 
 def report_heldout(choice: Candidate, held: Sequence[TraceProblem], program: ProgramKind, *, seed: int = 0,

@@ -110,6 +110,11 @@ def calibrate(
               f"({100 * h['accuracy_delta']:+.1f} pt, 95% CI {_pt(ci['accuracy_delta'])}), "
               f"tokens x{h['token_ratio']:.3f} "
               f"(95% CI {_x(ci['token_ratio'])}), at matched accuracy x{_f(h['iso_token_ratio'])}")
+    for name, alt in result.get("alternatives", {}).items():
+        a = alt["heldout"]
+        typer.echo(f"alternative {name} {json.dumps(alt['policy'])}: held-out accuracy {a['accuracy']:.3f} "
+                   f"({100 * a['accuracy_delta']:+.1f} pt), tokens x{a['token_ratio']:.3f} "
+                   f"(95% CI {_x(a['ci95']['token_ratio'])})")
     typer.echo(f"wrote {out_path}")
 
 

@@ -1,6 +1,6 @@
 """Every examples/*.ipynb executes top to bottom without an error (nbclient, one fresh kernel each).
 
-Needs the ``notebooks`` extra (nbclient, nbformat, ipykernel); skipped with a reason otherwise.
+Needs the ``notebooks`` extra (nbclient, nbformat, ipykernel, matplotlib); skipped with a reason otherwise.
 Notebooks are committed without outputs.
 """
 
@@ -58,6 +58,7 @@ def test_notebook_executes(path):
     nbclient = pytest.importorskip("nbclient", reason="pip install 'certa[notebooks]' (nbclient) to run notebooks")
     nbformat = pytest.importorskip("nbformat", reason="pip install 'certa[notebooks]' (nbformat) to run notebooks")
     pytest.importorskip("ipykernel", reason="pip install 'certa[notebooks]' (ipykernel) to run notebooks")
+    pytest.importorskip("matplotlib", reason="the notebooks draw and plot: pip install 'certa[notebooks]' (matplotlib)")
     nb = nbformat.read(path, as_version=4)
     client = nbclient.NotebookClient(nb, timeout=TIMEOUT_S, kernel_name="python3",
                                      resources={"metadata": {"path": str(EXAMPLES)}})

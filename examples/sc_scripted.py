@@ -7,6 +7,8 @@ The scripted backend is a fake (deterministic pseudo-answers), so accuracy here 
 nothing; swap ``backend="llamacpp"`` to run a real model on CPU.
 """
 
+from collections import Counter
+
 import certa as ct
 from certa.algorithms.answers import extract_answer
 from certa.algorithms.signals import entropy_certainty
@@ -34,11 +36,11 @@ def agreement(s: SC) -> float:                    # 1.0 when every branch agrees
 
 @sc.answer
 def vote(s: SC):
-    return max(set(s.answers), key=s.answers.count) if s.answers else None
+    return Counter(s.answers).most_common(1)[0][0] if s.answers else None  # ties: first seen
 
 
 sc.loop("sample")                                 # repeat until the policy says stop, or the cap
-program = sc.compile(policy=ct.Threshold(0.5, detect_at=4))
+program = sc.compile(policy=ct.Threshold(0.5, detect_at=4, every=4))  # check at 4, 8, 12 branches
 
 if __name__ == "__main__":
     runtime = ct.Runtime(backend="scripted")

@@ -94,6 +94,8 @@ class Runtime:
         except asyncio.CancelledError:
             reason = "cancelled"
             await self._cleanup(run)
+            self.events.emit("exit", prog.program_id, reason=reason, tokens=prog.tokens.total, tokens_saved=0,
+                             error=None)
             raise
         except CertaError as exc:
             reason, error = "error", exc

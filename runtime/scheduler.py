@@ -33,6 +33,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from .admission import AdmissionLimits, Ledger
+
 _INT32 = 2**31 - 1  # SGLang's priority is a 32-bit int
 
 
@@ -140,20 +142,6 @@ class SchedulingPolicy:
 FCFS = SchedulingPolicy
 
 
-@dataclass(slots=True)
-class AdmissionLimits:
-    """Caps on what is in flight at the backend at once (``None`` = unlimited).
-
-    ``max_tokens`` caps the sum of in-flight tickets' ``est_tokens``; ``kv_tokens`` caps the
-    KV estimate: in-flight tickets' ``kv`` plus the resident prefixes of programs (idle
-    programs' prefixes are evicted first, least recently active first).
-    """
-
-    max_requests: int | None = None
-    max_tokens: int | None = None
-    kv_tokens: int | None = None
-
-
 class Scheduler:
     """Admission control + ordering. With no limits it never queues (zero overhead path).
 
@@ -167,18 +155,21 @@ class Scheduler:
                  clock: Callable[[], float] = time.monotonic,
                  on_evict: Callable[[str], None] | None = None) -> None:
         self.policy = policy or SchedulingPolicy()
-        self.limits = limits or AdmissionLimits()
+        self.ledger = Ledger(limits or AdmissionLimits(), on_evict)
         self.clock = clock
-        self.on_evict = on_evict
         self.programs: dict[str, ProgramInfo] = {}
-        self._inflight_requests = 0
-        self._inflight_tokens = 0
-        self._inflight_kv = 0
-        self._prefix_kv = 0
         self._waiting: list[Ticket] = []
         self._running: dict[str, Ticket] = {}
         self._seq = itertools.count()
         self._pump_scheduled = False
+
+    @property
+    def limits(self) -> AdmissionLimits:
+        return self.ledger.limits
+
+    @limits.setter
+    def limits(self, value: AdmissionLimits) -> None:
+        self.ledger.limits = value
 
     # ---- program registry -----------------------------------------------------------
     def register(self, info: ProgramInfo) -> None:
@@ -187,7 +178,7 @@ class Scheduler:
     def unregister(self, program_id: str) -> None:
         info = self.programs.pop(program_id, None)
         if info is not None:
-            self._drop_prefix(info)
+            self.ledger.drop_prefix(info)
             self.policy.observe_finish(info)
 
     def pending(self, program_id: str) -> list[Ticket]:
@@ -197,8 +188,7 @@ class Scheduler:
     # ---- tickets --------------------------------------------------------------------
     @property
     def unlimited(self) -> bool:
-        lim = self.limits
-        return lim.max_requests is None and lim.max_tokens is None and lim.kv_tokens is None
+        return self.limits.unlimited
 
     def ticket(self, rid: str, program: ProgramInfo, est_tokens: int = 0, prefix_hint: str | None = None,
                kv_tokens: int | None = None) -> Ticket:
@@ -218,56 +208,8 @@ class Scheduler:
             return False
 
     # ---- admission ------------------------------------------------------------------
-    def _prefix_cost(self, p: ProgramInfo) -> int:
-        return 0 if p.prefix_resident else p.prefix_tokens
-
-    def _fits(self, tickets: list[Ticket], *, evict: bool = True) -> bool:
-        lim, n = self.limits, len(tickets)
-        idle = self._inflight_requests == 0
-        if lim.max_requests is not None and self._inflight_requests + n > lim.max_requests:
-            return False
-        est = sum(t.est_tokens for t in tickets)
-        if lim.max_tokens is not None and not idle and self._inflight_tokens + est > lim.max_tokens:
-            return False
-        if lim.kv_tokens is None:
-            return True
-        progs = {t.program.program_id: t.program for t in tickets}
-        need = sum(t.kv for t in tickets) + sum(self._prefix_cost(p) for p in progs.values())
-        free = lim.kv_tokens - self._inflight_kv - self._prefix_kv
-        if need > free and evict:
-            free += self._evict_idle(need - free, keep=progs)
-        return need <= free or idle
-
-    def _evict_idle(self, amount: int, keep: dict[str, ProgramInfo]) -> int:
-        """Evict resident prefixes of idle programs (least recently active first)."""
-        freed = 0
-        idle = sorted((p for p in self.programs.values()
-                       if p.prefix_resident and p.inflight == 0 and p.program_id not in keep),
-                      key=lambda p: (p.last_active, p.program_id))
-        for p in idle:
-            if freed >= amount:
-                break
-            freed += p.prefix_tokens
-            self._drop_prefix(p)
-            if self.on_evict is not None:
-                self.on_evict(p.program_id)
-        return freed
-
-    def _drop_prefix(self, p: ProgramInfo) -> None:
-        if p.prefix_resident:
-            self._prefix_kv -= p.prefix_tokens
-            p.prefix_resident = False
-
     def _take(self, t: Ticket) -> None:
-        p = t.program
-        self._inflight_requests += 1
-        self._inflight_tokens += t.est_tokens
-        self._inflight_kv += t.kv
-        if not p.prefix_resident and p.prefix_tokens:
-            p.prefix_resident = True
-            self._prefix_kv += p.prefix_tokens
-        p.inflight += 1
-        p.last_active = self.clock()
+        self.ledger.take(t, self.clock())
         self._running[t.rid] = t
 
     def _groups(self, ordered: list[Ticket]) -> list[list[Ticket]]:
@@ -278,14 +220,6 @@ class Scheduler:
             groups.setdefault(t.program.program_id, []).append(t)
         return list(groups.values())
 
-    def _could_ever_fit(self, group: list[Ticket]) -> bool:
-        lim = self.limits
-        if lim.max_requests is not None and len(group) > lim.max_requests:
-            return False
-        if lim.max_tokens is not None and sum(t.est_tokens for t in group) > lim.max_tokens:
-            return False
-        return lim.kv_tokens is None or sum(t.kv for t in group) + group[0].program.prefix_tokens <= lim.kv_tokens
-
     def admit(self) -> list[Ticket]:
         """Admit waiting tickets in policy order while the limits allow; returns them in order.
 
@@ -293,19 +227,18 @@ class Scheduler:
         not fit, nothing behind it is admitted, so aging keeps its no-starvation promise.
         A gang that can never fit at once, or whose program already runs, is admitted in part.
         """
-        lim = self.limits
-        if not self._waiting or (lim.max_requests is not None and self._inflight_requests >= lim.max_requests):
+        if not self._waiting or self.ledger.full:
             return []
         now = self.clock()
         for t in self._waiting:  # LPM: a program's prefix is warm while it is resident
             t.cached = t.program.prefix_tokens if t.program.prefix_resident else 0
         admitted: list[Ticket] = []
         for group in self._groups(self.policy.order(self._waiting, now)):
-            whole = self.unlimited or self._fits(group)
-            if not whole and group[0].program.inflight == 0 and self._could_ever_fit(group):
+            whole = self.unlimited or self.ledger.fits(group, self.programs.values())
+            if not whole and group[0].program.inflight == 0 and self.ledger.could_ever_fit(group):
                 break  # wait until the whole gang fits
             for t in group:
-                if not whole and not self._fits([t]):
+                if not whole and not self.ledger.fits([t], self.programs.values()):
                     return admitted
                 self._waiting.remove(t)
                 self._take(t)
@@ -316,11 +249,7 @@ class Scheduler:
         """``t`` left the backend (done, failed or aborted): free its capacity at once."""
         if self._running.pop(t.rid, None) is None:
             return
-        self._inflight_requests -= 1
-        self._inflight_tokens -= t.est_tokens
-        self._inflight_kv -= t.kv
-        t.program.inflight -= 1
-        t.program.last_active = self.clock()
+        self.ledger.free(t, self.clock())
         if any(w.waiter is not None for w in self._waiting):
             self._pump()
 
@@ -374,12 +303,12 @@ class Scheduler:
 
     @property
     def inflight(self) -> int:
-        return self._inflight_requests
+        return self.ledger.requests
 
     @property
     def kv_in_use(self) -> int:
         """Estimated KV tokens: in-flight tickets plus resident prefixes."""
-        return self._inflight_kv + self._prefix_kv
+        return self.ledger.kv + self.ledger.prefix_kv
 
 
 __all__ = ["AdmissionLimits", "FCFS", "ProgramInfo", "Scheduler", "SchedulingPolicy", "Ticket"]

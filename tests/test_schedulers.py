@@ -283,14 +283,14 @@ class Fan(Program):
 
 async def run_three(policy: str) -> list[str]:
     """A 'hog' holds both slots while 'long' (4 steps) and then 'short' (1 step) queue up."""
-    backend = ScriptedBackend(responses=lambda r: "a b c", latency=lambda r: 0.05 if "hog" in r.prompt else 0.005)
+    backend = ScriptedBackend(responses=lambda r: "a b c", latency=lambda r: 0.3 if "hog" in r.prompt else 0.002)
     rt = Runtime(backend, scheduler=Scheduler(policy=make_policy(policy), limits=AdmissionLimits(max_requests=2)))
 
     async def later(prog: Program, delay: float):
         await asyncio.sleep(delay)
         return await rt.run(prog)
 
-    results = await asyncio.gather(rt.run(Fan("hog", 1)), later(Fan("long", 4), 0.01), later(Fan("short", 1), 0.02))
+    results = await asyncio.gather(rt.run(Fan("hog", 1)), later(Fan("long", 4), 0.05), later(Fan("short", 1), 0.1))
     assert all(r.ok for r in results)
     assert rt.scheduler.inflight == 0 and rt.scheduler.queue_depth == 0
     return [r.prompt.split()[0] for r in backend.requests]

@@ -282,3 +282,54 @@ def test_metrics():
     assert out["latency"]["p90"] >= out["latency"]["p50"] and out["fairness"]["cdf"][-1][1] == 1.0
     assert json.dumps(out)
     assert attainment([]) != attainment([])  # NaN for no records
+
+
+# ---- sweep and CLI ----------------------------------------------------------------------
+def test_sweep_reports_max_rates_ratios_and_slo_scales():
+    from certa.runtime.sim.sweep import SweepSpec, run_sweep
+    spec = SweepSpec(policies=["fcfs", "app-fifo", "certa"], n_programs=20, rates=[0.05, 0.2, 0.8, 3.2],
+                     rate_scales=[5.0], refine=1)
+    out = run_sweep(synth_traces(8, seed=0, samples=8), spec)
+    assert out["simulator"] and out["preset"]["estimate"]
+    assert set(out["max_rate"]) == {"fcfs", "app-fifo", "certa"} and set(out["max_rate_by_scale"]) == {"3.0", "5.0"}
+    assert all(len(rows) == 4 for rows in out["rate_sweep"].values())
+    assert out["max_rate"]["certa"] >= out["max_rate"]["fcfs"] > 0
+    assert out["ratios"]["certa/fcfs"] == pytest.approx(out["max_rate"]["certa"] / out["max_rate"]["fcfs"], rel=1e-3)
+    assert out["slo_sweep"]["min_scale"]["certa"] <= out["slo_sweep"]["min_scale"]["fcfs"]
+    with pytest.raises(ConfigError):
+        run_sweep(synth_traces(2, seed=0), SweepSpec(policies=["nope"]))
+
+
+def test_cli_simulate_and_fit(tmp_path):
+    from typer.testing import CliRunner
+
+    from certa.cli_sim import app
+    runner = CliRunner()
+    traces = write_synth(tmp_path / "t.jsonl", 6, seed=1, samples=8)
+    res = runner.invoke(app, ["simulate", "--workload", str(traces), "--policies", "fcfs,certa", "--n-programs", "10",
+                              "--rates", "0.05,0.4", "--refine", "0", "--json", str(tmp_path / "o.json")])
+    assert res.exit_code == 0, res.output
+    data = json.loads((tmp_path / "o.json").read_text())
+    assert data["workload"]["source"] == str(traces) and "certa/fcfs" in data["ratios"]
+    (tmp_path / "bad.jsonl").write_text('{"idx": 1}\n')
+    res = runner.invoke(app, ["simulate", "--workload", str(tmp_path / "bad.jsonl")])
+    assert res.exit_code == 2 and "CT304" in res.output and "bad.jsonl:1" in res.output
+    recs = tmp_path / "iters.jsonl"
+    with RecordWriter(recs) as log:
+        for n, k, p in [(1, 100, 0), (8, 4000, 0), (64, 0, 2e5), (16, 9000, 0), (128, 0, 9e5), (32, 500, 1e4)]:
+            log.write(n_tokens=n, kv_read=k, prefill_pairs=p, seconds=COST.iteration_time(n, k, p))
+    res = runner.invoke(app, ["fit", str(recs), "--json", str(tmp_path / "fit.json")])
+    assert res.exit_code == 0 and "MAPE 0.0%" in res.output
+    assert json.loads((tmp_path / "fit.json").read_text())["model"]["a"] == pytest.approx(COST.a)
+
+
+def test_sweep_plots(tmp_path):
+    pytest.importorskip("matplotlib")
+    from certa.cli_sim import plot_sweep
+    from certa.runtime.sim.sweep import SweepSpec, run_sweep
+    out = run_sweep(synth_traces(4, seed=0, samples=4), SweepSpec(policies=["fcfs", "certa"], n_programs=6,
+                                                                 rates=[0.1, 1.0], rate_scales=[], refine=0))
+    paths = plot_sweep(out, tmp_path)
+    assert {p.name for p in paths} == {"attainment_vs_rate.png", "latency_vs_rate.png", "attainment_vs_slo.png",
+                                       "fairness_cdf.png"}
+    assert all(p.stat().st_size > 1000 for p in paths)

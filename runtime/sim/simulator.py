@@ -103,7 +103,7 @@ def simulate(specs: list[ProgramSpec], policy: SchedulingPolicy | str, engine: E
     def submit(prog: SimProgram, reqs: list[SimRequest]) -> None:
         est = prog.est_output()
         for r in reqs:
-            own = r.prompt - r.shared + est
+            own = r.prompt - r.shared + est // 2  # a request's KV averaged over its life
             r.ticket = sched.ticket(r.rid, prog.info, est_tokens=est, prefix_hint=prog.spec.pid, kv_tokens=own)
             waiting_req[r.rid] = r
             sched.submit(r.ticket)

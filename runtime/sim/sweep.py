@@ -3,7 +3,8 @@
 For each policy, the same Poisson workload is simulated at a grid of arrival rates; the
 largest rate with >= 90% of programs meeting their deadline is refined by bisection. The
 SLO-scale sweep evaluates one run per policy (at ``slo_rate``) against tighter and looser
-deadlines (no policy reads deadlines, so one run serves every scale).
+deadlines (no policy reads deadlines, so one run serves every scale) and finds each
+policy's smallest SLO scale with >= 90% attainment (``min_scale``; ``tighter`` = ratios).
 
 Deadlines: ``uniform`` (default, the paper's) — every program gets the same SLO,
 ``slo_scale × mean standalone latency`` of the workload's programs (each run alone at full
@@ -56,6 +57,7 @@ class SweepSpec:
     prompt_tokens: int = 200
     rates: list[float] | None = None  # None: a grid around the estimated capacity
     slo_scale: float = 3.0
+    rate_scales: list[float] = field(default_factory=lambda: [2.0, 3.0, 5.0, 8.0])  # max rate also at these
     slo_scales: list[float] = field(default_factory=lambda: [1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0])
     slo_rate: float | None = None  # None: fcfs's max rate (else the lowest grid rate)
     deadline: Literal["uniform", "oracle"] = "uniform"
@@ -115,6 +117,11 @@ class Experiment:
     def attainment(self, res: SimResult, scale: float) -> float:
         return sum(r.latency <= self.slo(r.pid, scale) + 1e-9 for r in res.records) / len(res.records)
 
+    def min_scale(self, res: SimResult) -> float:
+        """The smallest SLO scale at which ``target`` of the programs meet their deadline."""
+        need = sorted(r.latency / self.slo(r.pid, 1.0) for r in res.records)
+        return need[max(0, math.ceil(self.spec.target * len(need)) - 1)]
+
     def default_rates(self) -> list[float]:
         """A geometric grid from 0.1× to 4× a rough capacity estimate (full-budget programs)."""
         tokens = statistics.fmean(r.tokens for r in self.run("fcfs", 1e-3).records)
@@ -134,6 +141,22 @@ def _bisect(exp: Experiment, policy: str, lo: float, hi: float, steps: int, scal
     return lo
 
 
+def _max_rate(exp: Experiment, policy: str, rates: list[float], scale: float) -> tuple[float | None, bool]:
+    """(max rate at the target attainment, censored = still meeting it at the grid's top)."""
+    att = [exp.attainment(exp.run(policy, r), scale) for r in rates]
+    coarse = max_rate_at(rates, att, exp.spec.target)
+    above = [r for r in rates if coarse is not None and r > coarse]
+    if coarse is None or not above or not exp.spec.refine:
+        return coarse, coarse is not None and not above
+    lo = max(r for r in rates if r <= coarse)
+    return round(_bisect(exp, policy, lo, above[0], exp.spec.refine, scale, exp.spec.target), 6), False
+
+
+def _ratios(mr: dict[str, float | None]) -> dict[str, float]:
+    return {f"certa/{b}": round(mr["certa"] / mr[b], 3)  # type: ignore[operator]
+            for b in ("fcfs", "lpm", "app-fifo", "certa-nocd") if mr.get("certa") and mr.get(b)}
+
+
 def run_sweep(problems: list[TraceProblem], spec: SweepSpec,
               progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Run the whole experiment and return a JSON-ready dict (see docs/scheduling.md)."""
@@ -149,7 +172,8 @@ def run_sweep(problems: list[TraceProblem], spec: SweepSpec,
         "workload": {"problems": len(problems), "models": sorted({p.model for p in problems}),
                      "standalone_latency_s": {"mean": exp.slo_ref, "max": max(exp.alone.values())},
                      "uniform_slo_s": spec.slo_scale * exp.slo_ref if spec.deadline == "uniform" else None},
-        "rates": rates, "rate_sweep": {}, "max_rate": {}, "ratios": {},
+        "rates": rates, "rate_sweep": {}, "max_rate": {}, "max_rate_censored": {}, "ratios": {},
+        "max_rate_by_scale": {}, "ratios_by_scale": {},
     }
     for pol in spec.policies:
         rows = []
@@ -161,17 +185,17 @@ def run_sweep(problems: list[TraceProblem], spec: SweepSpec,
             say(f"{pol:>10} rate {rate:.4g}/s attainment {summ['attainment']:.3f} "
                 f"P90 latency {summ['latency']['p90']:.1f}s")
         out["rate_sweep"][pol] = rows
-        coarse = max_rate_at(rates, [r["attainment"] for r in rows], spec.target)
-        if coarse is not None and spec.refine:
-            above = [r for r in rates if r > coarse]
-            lo = max(r for r in rates if r <= coarse)
-            coarse = _bisect(exp, pol, lo, above[0], spec.refine, spec.slo_scale, spec.target) if above else coarse
-        out["max_rate"][pol] = coarse
-        say(f"{pol:>10} max rate at >= {spec.target:.0%} attainment: {coarse}")
+    for scale in sorted({spec.slo_scale, *spec.rate_scales}):
+        best = {pol: _max_rate(exp, pol, rates, scale) for pol in spec.policies}
+        out["max_rate_by_scale"][str(scale)] = {p: r for p, (r, _) in best.items()}
+        out["ratios_by_scale"][str(scale)] = _ratios({p: r for p, (r, _) in best.items()})
+        if scale == spec.slo_scale:
+            out["max_rate"] = {p: r for p, (r, _) in best.items()}
+            out["max_rate_censored"] = {p: c for p, (_, c) in best.items()}
+            out["ratios"] = _ratios(out["max_rate"])
+            for p, (r, c) in best.items():
+                say(f"{p:>10} max rate at >= {spec.target:.0%} attainment: {r}{' (top of grid)' if c else ''}")
     mr = out["max_rate"]
-    for base in ("fcfs", "lpm", "app-fifo", "certa-nocd"):
-        if "certa" in mr and base in mr and mr["certa"] and mr[base]:
-            out["ratios"][f"certa/{base}"] = round(mr["certa"] / mr[base], 3)
     slo_rate = spec.slo_rate or mr.get("fcfs") or rates[0]
     out["slo_sweep"] = {"rate": slo_rate, "scales": spec.slo_scales, "attainment": {}, "min_scale": {},
                         "fairness": {}}
@@ -179,9 +203,11 @@ def run_sweep(problems: list[TraceProblem], spec: SweepSpec,
         res = exp.run(pol, slo_rate)
         att = [exp.attainment(res, s) for s in spec.slo_scales]
         out["slo_sweep"]["attainment"][pol] = att
-        ok = [s for s, a in zip(spec.slo_scales, att) if a >= spec.target]
-        out["slo_sweep"]["min_scale"][pol] = min(ok) if ok else None
+        out["slo_sweep"]["min_scale"][pol] = round(exp.min_scale(res), 4)
         out["slo_sweep"]["fairness"][pol] = summarize(res.records)["fairness"]
+    ms = out["slo_sweep"]["min_scale"]
+    out["slo_sweep"]["tighter"] = {f"{b}/certa": round(ms[b] / ms["certa"], 3)
+                                   for b in ("fcfs", "lpm", "app-fifo", "certa-nocd") if b in ms and "certa" in ms}
     return out
 
 

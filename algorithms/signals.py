@@ -93,10 +93,10 @@ def reward_certainty(rewards: Iterable[float], agg: str = "mean", low: float = 0
         except (TypeError, ValueError):
             continue
         if math.isfinite(v):
-            values.append(v)
+            values.append(min(max(v, low), high))  # clamp first: also keeps the mean finite
     if not values:
         return 0.0
-    v = max(values) if agg == "max" else math.fsum(x / len(values) for x in values)
+    v = max(values) if agg == "max" else math.fsum(values) / len(values)
     scaled = (v / 2 - low / 2) / (high / 2 - low / 2)  # halves: no overflow on huge ranges
     return min(max(scaled, 0.0), 1.0) if not math.isnan(scaled) else 0.0
 

@@ -31,6 +31,8 @@ def test_200_concurrent_requests_all_complete_correctly():
           f"mean {r['latency_s']['mean']} s, wall {r['wall_s']} s")
     assert r["correct"] == 200
     assert r["exit_reasons"] == {"certaindex": 150, "cap": 50}  # easy ones exit after one round
-    assert r["backend_requests"] == 150 * 4 + 50 * 16
+    # lanes loop on as soon as a branch finishes, so under CPU load an easy program may have
+    # started (and then aborted) up to 3 next-round requests before its 4th answer arrived
+    assert 150 * 4 + 50 * 16 <= r["backend_requests"] <= 150 * 7 + 50 * 16
     assert r["live_rids_after"] == 0 and r["programs_running_after"] == 0
     assert r["tokens_saved"] > 0

@@ -269,3 +269,16 @@ async def test_close_is_idempotent_and_refuses_new_work():
     with pytest.raises(BackendError, match="closed"):
         await b.generate(GenRequest(prompt=COUNT, max_tokens=2, rid=rid()))
     assert b.live_rids() == set()
+
+
+async def test_closing_a_sequence_ends_its_pending_extend(llama):
+    seq = await llama.open_sequence(GenRequest(prompt=COUNT, max_tokens=300, rid=rid()))
+    task = asyncio.ensure_future(seq.extend(300))
+    for _ in range(500):
+        await asyncio.sleep(0.02)
+        if seq._job.out:
+            break
+    await seq.close()
+    out = await asyncio.wait_for(task, 10)
+    assert out.finish_reason == "abort" and seq.finished
+    assert seq.rid not in llama.live_rids()

@@ -235,8 +235,9 @@ class Batcher:
 
     def complete(self, job: Job, result: GenResult | ScoreResult) -> None:
         self.forget((job.rid,))
-        self.drop(job, keep_cache=True)
         deliver(job.loop, job.future, result)
+        job.future = None
+        self.drop(job, keep_cache=True)
 
     def score(self, job: Job, i: int) -> None:
         logits = self.logits(i)
@@ -262,12 +263,17 @@ class Batcher:
             deliver(job.loop, probe.future, exc=exc)
         job.aborted = True
         deliver(job.loop, job.future, exc=exc)
+        job.future = None
         self.drop(job, keep_cache=False)
 
     def drop(self, job: Job, *, keep_cache: bool) -> None:
-        """Remove ``job`` and free its slot (KV kept as a prefix cache when ``keep_cache``)."""
+        """Remove ``job`` and free its slot (KV kept as a prefix cache when ``keep_cache``).
+        Whoever still awaits it (an extend or probe cut short by ``close``) gets an abort result."""
         if job.probe is not None:
             self.end_probe(job, deliver_result=False)
+        if job.future is not None:
+            deliver(job.loop, job.future, job.result("abort"))
+            job.future = None
         if job in self.jobs:
             self.jobs.remove(job)
         self.kv.release(job, keep_cache=keep_cache)
@@ -304,7 +310,8 @@ class Batcher:
             self.end_probe(job, deliver_result=False)
 
     def end_probe(self, job: Job, *, deliver_result: bool = True) -> None:
-        """Forget the probe exactly: drop its KV positions and re-pend the last real token."""
+        """Forget the probe exactly: drop its KV positions and re-pend the last real token.
+        ``deliver_result=False``: the probe was cut short; its awaiter gets an abort result."""
         probe, job.probe = job.probe, None
         if probe is None:
             return
@@ -317,12 +324,11 @@ class Batcher:
         job.prompt_left = min(job.prompt_left, len(job.pending))
         self.model.free_sampler(probe.sampler)
         self.forget((probe.rid,))
-        if deliver_result:
-            probe.text.flush()
-            eog = bool(probe.out) and self.model.is_eog(probe.out[-1])
-            reason = "stop" if eog or probe.text.stopped else "length"
-            deliver(job.loop, probe.future, GenResult(probe.text.text, len(probe.out), prompt_tokens=len(probe.suffix),
-                                                      finish_reason=reason, rid=probe.rid))  # type: ignore[arg-type]
+        probe.text.flush()
+        eog = bool(probe.out) and self.model.is_eog(probe.out[-1])
+        reason = ("stop" if eog or probe.text.stopped else "length") if deliver_result else "abort"
+        deliver(job.loop, probe.future, GenResult(probe.text.text, len(probe.out), prompt_tokens=len(probe.suffix),
+                                                  finish_reason=reason, rid=probe.rid))  # type: ignore[arg-type]
 
     def fail_all(self, exc_factory: Callable[[Job], BaseException]) -> None:
         for job in list(self.jobs):

@@ -6,7 +6,9 @@ round-robin; machines are noisy, so both the ratio of sums over rounds and the m
 the per-round ratios are reported. Every method starts cold (no cached prompt KV) and
 decodes ``--tokens`` new tokens per branch with T=0.7, top-p 0.95, top-k 40 and seeds
 0..n-1; throughput is generated tokens / wall time, prompt prefill included. Targets:
-certa ≥ 2.5× sequential and ≥ 0.9× raw batched.
+certa ≥ 2.5× sequential and ≥ 0.9× raw batched. Also reported, as a noise-robust check of
+engine overhead: the median wall time of one 8-token decode step in certa's engine and in
+the raw loop, and the share of certa's wall time spent outside ``llama_decode``.
 
 usage: python benchmarks/cpu_engine.py --json out.json [--model qwen2.5-coder-0.5b]
        [--branches 8] [--tokens 64] [--rounds 2] [--threads 2]
@@ -54,7 +56,7 @@ async def certa_sequential(b: LlamaCppBackend, args) -> tuple[int, float]:
     return n, time.perf_counter() - t0
 
 
-def raw_batched(b: LlamaCppBackend, prompt: list[int], args) -> tuple[int, float]:
+def raw_batched(b: LlamaCppBackend, prompt: list[int], args, steps: list[float] | None = None) -> tuple[int, float]:
     """A minimal llama.cpp loop: prompt once (tagged with every seq id), then one decode per step."""
     n, model, vocab = args.branches, b.model.ptr, b.model.vocab
     cp = lc.llama_context_default_params()
@@ -102,7 +104,10 @@ def raw_batched(b: LlamaCppBackend, prompt: list[int], args) -> tuple[int, float
         if not j or step == args.tokens - 1:  # the last sampled tokens need no decode
             break
         batch.n_tokens = j
+        t1 = time.perf_counter()
         assert lc.llama_decode(ctx, batch) == 0
+        if steps is not None and j == n:
+            steps.append(time.perf_counter() - t1)
     wall = time.perf_counter() - t0
     for s in samplers:
         lc.llama_sampler_free(s)
@@ -126,12 +131,17 @@ async def main(args) -> dict:
             b.engine.reset_stats()
             got["certa_batched"] = await certa_batched(b, args)
             engine = b.stats()
+            certa_steps = [r.seconds for r in b.engine.iterations if r.n_decode == args.branches and not r.n_prefill]
             got["sequential"] = await certa_sequential(b, args)
-            got["raw_batched"] = await asyncio.to_thread(raw_batched, b, prompt, args)
+            raw_steps: list[float] = []
+            got["raw_batched"] = await asyncio.to_thread(raw_batched, b, prompt, args, raw_steps)
             row = {m: {"tokens": n, "wall_s": round(w, 3), "tok_s": round(n / w, 2)} for m, (n, w) in got.items()}
             row["speedup_vs_sequential"] = round(row["certa_batched"]["tok_s"] / row["sequential"]["tok_s"], 3)
             row["ratio_vs_raw_batched"] = round(row["certa_batched"]["tok_s"] / row["raw_batched"]["tok_s"], 3)
+            row["decode_step_ms"] = {"certa": round(1000 * statistics.median(certa_steps), 1),
+                                     "raw": round(1000 * statistics.median(raw_steps), 1)}
             row["certa_engine"] = {"iterations": engine["iterations"], "decode_s": round(engine["decode_seconds"], 3),
+                                   "python_overhead": round(1 - engine["decode_seconds"] / got["certa_batched"][1], 4),
                                    "prompt_tokens": engine["prompt_tokens"],
                                    "cached_prompt_tokens": engine["cached_prompt_tokens"]}
             rounds.append(row)
@@ -150,6 +160,8 @@ async def main(args) -> dict:
         "ratio_vs_raw_batched": round(tps["certa_batched"] / tps["raw_batched"], 3),
         "median_round": {k: statistics.median(r[k] for r in rounds)
                          for k in ("speedup_vs_sequential", "ratio_vs_raw_batched")},
+        "decode_step_ratio_raw_over_certa": round(statistics.median(r["decode_step_ms"]["raw"] / r["decode_step_ms"]["certa"]
+                                                                    for r in rounds), 3),
         "target": {"speedup_vs_sequential": 2.5, "ratio_vs_raw_batched": 0.9},
         "machine": {"platform": platform.platform(), "note": "shared CPU; other jobs may be running"},
     }

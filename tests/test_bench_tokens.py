@@ -82,6 +82,7 @@ def test_cli_writes_json_and_png(tmp_path):
 def test_malformed_trace_file_is_a_one_line_error(tmp_path, content, needle, command):
     bad = tmp_path / "bad.jsonl"
     bad.write_text(content)
+    command = [str(tmp_path / c) if c.endswith(".json") else c for c in command]  # outputs stay in tmp_path
     res = runner.invoke(app, [*command, "--program", "sc", "--traces", str(bad)])
     lines = [ln for ln in res.output.splitlines() if ln.strip()]
     assert res.exit_code == 2, res.output

@@ -26,6 +26,7 @@ import queue
 import subprocess
 import sys
 import threading
+import time
 import warnings
 
 POOL_SIZE = max(2, min(4, (os.cpu_count() or 2) // 2))
@@ -120,8 +121,14 @@ class _Pool:
         self.unavailable = False
         self.cond = threading.Condition()
         self.ids = itertools.count()
+        self.started = False  # a worker has come up at least once
 
-    def _acquire(self) -> _Worker | None:
+    def _acquire(self, deadline: float) -> _Worker | None | bool:
+        """An idle worker; False when ``deadline`` passes first; None when math-verify is unusable.
+
+        Workers start in a background thread, so a caller never waits past its deadline for
+        one to come up (it becomes idle for later calls instead).
+        """
         with self.cond:
             while True:
                 if self.closed or self.unavailable:
@@ -130,16 +137,23 @@ class _Pool:
                     return self.idle.pop()
                 if self.alive < self.size:
                     self.alive += 1
-                    break
-                self.cond.wait()
+                    threading.Thread(target=self._start_worker, name="certa-verify-start", daemon=True).start()
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self.cond.wait(left)
+
+    def _start_worker(self) -> None:
         try:
             worker = _Worker()
         except OSError as exc:
             self._give_up(f"cannot start a math-verify worker ({exc}); using fast paths only")
-            return None
+            return
         ready = worker.recv(STARTUP_TIMEOUT)
         if ready is not None and ready.get("ready") is True:
-            return worker
+            self.started = True
+            self._release(worker, healthy=True)
+            return
         worker.kill()
         if ready is not None:  # the worker could not import math-verify
             self._give_up(f"math-verify is not importable in workers ({ready.get('error')})")
@@ -147,7 +161,6 @@ class _Pool:
             with self.cond:
                 self.alive -= 1
                 self.cond.notify()
-        return None
 
     def _give_up(self, why: str) -> None:
         warnings.warn(why, RuntimeWarning, stacklevel=4)
@@ -168,14 +181,22 @@ class _Pool:
             worker.kill()
 
     def verify(self, gold: str, pred: str, timeout: float) -> bool | None:
-        worker = self._acquire()
+        now = time.monotonic()
+        deadline = now + timeout
+        # the very first call also waits for the pool to start (a one-time ~1 s; see warm_up)
+        cold = not self.started
+        worker = self._acquire(max(deadline, now + STARTUP_TIMEOUT) if cold else deadline)
+        if cold:
+            deadline = time.monotonic() + timeout  # startup waited for is not the comparison's time
         if worker is None:
             return None if self.unavailable else False
+        if worker is False:  # no worker free in time: the call times out like a slow one
+            return False
         rid = next(self.ids)
         if not worker.send({"id": rid, "gold": gold, "pred": pred}):
             self._release(worker, healthy=False)
             return False
-        reply = worker.recv(timeout)
+        reply = worker.recv(deadline - time.monotonic())
         if reply is None or reply.get("id") != rid:
             self._release(worker, healthy=False)  # hung, crashed or confused: kill it
             return False

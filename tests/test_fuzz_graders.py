@@ -178,8 +178,6 @@ def test_math_equal_fast_paths_need_no_worker(monkeypatch):
 
 
 @needs_mv
-@pytest.mark.xfail(strict=True, reason="algorithms/_verify_pool.py waits for a free worker (and for a fresh one to "
-                                       "start) without a deadline, so concurrent calls overrun their timeout")
 def test_concurrent_math_equal_calls_each_return_within_their_timeout(warm_pool):
     equivalence.cache_clear()
     elapsed: list[float] = []

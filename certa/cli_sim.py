@@ -12,6 +12,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import json
 import pathlib
 from collections.abc import Callable, Sequence
@@ -41,6 +42,28 @@ POLICY_COLORS = {"fcfs": "#6b7280", "lpm": "#0891b2", "app-fifo": "#ca8a04", "ce
                  "certa": "#dc2626"}
 
 
+def library_signals() -> dict[str, Callable[..., float]]:
+    """``ProgramConfig`` fields that make trace replay use :mod:`certa.algorithms.signals`
+    (math-equivalence clusters, as the SC and CoT programs do), memoised for speed."""
+    from certa.algorithms.signals import entropy_certainty, probe_consistency
+
+    @functools.lru_cache(maxsize=None)
+    def sc(answers: tuple) -> float:
+        return entropy_certainty(list(answers), same="math")
+
+    @functools.lru_cache(maxsize=None)
+    def cot(window: tuple) -> float:
+        return probe_consistency([(a or "", a or "") for a in window], k=len(window))
+
+    def sc_signal(answers: Sequence[str | None]) -> float:  # entropy ignores order: sort for the cache
+        return sc(tuple(sorted(answers, key=lambda a: (a is None, a or ""))))
+
+    def cot_signal(answers: Sequence[str | None], k: int) -> float:
+        return cot(tuple(answers[-k:])) if len(answers) >= k else 0.0
+
+    return {"sc_signal": sc_signal, "cot_signal": cot_signal}
+
+
 def simulate_workload(workload: str | pathlib.Path | None, policies: Sequence[str], *,
                       json_out: str | pathlib.Path | None = None, png_dir: str | pathlib.Path | None = None,
                       synthetic: int = 100, seed: int = 0, progress: Callable[[str], None] | None = None,
@@ -48,8 +71,9 @@ def simulate_workload(workload: str | pathlib.Path | None, policies: Sequence[st
     """Run the online SLO experiment on a trace file (or ``synthetic`` seeded synthetic problems).
 
     ``spec`` holds :class:`~certa.runtime.sim.sweep.SweepSpec` fields (``preset``, ``rates``,
-    ``slo_scale``, ``deadline``, ``exit_mode``, ...). Returns the result dict; writes it as
-    JSON to ``json_out`` and plots to ``png_dir`` when given.
+    ``slo_scale``, ``deadline``, ``exit_mode``, ...). Certaindex comes from
+    :func:`library_signals` unless ``program`` sets its own. Returns the result dict; writes
+    it as JSON to ``json_out`` and plots to ``png_dir`` when given.
     """
     if workload is not None:
         problems = load_traces(workload)
@@ -57,7 +81,10 @@ def simulate_workload(workload: str | pathlib.Path | None, policies: Sequence[st
     else:
         problems = synth_traces(synthetic, seed=seed)
         source = f"synthetic (certa.runtime.sim.synth, n={synthetic}, seed={seed})"
-    sweep = SweepSpec(policies=list(policies), seed=seed, program=program or ProgramConfig(), **spec)
+    program = program or ProgramConfig()
+    if program.sc_signal is None and program.cot_signal is None:
+        program = replace(program, **library_signals())
+    sweep = SweepSpec(policies=list(policies), seed=seed, program=program, **spec)
     result = run_sweep(problems, sweep, progress)
     result["workload"]["source"] = source
     if json_out is not None:
@@ -239,4 +266,4 @@ def fit(
               f"d={m.d * 1e3:.4g} ms/pair  MAPE {rep.mape:.1%} (max {rep.max_rel_err:.1%})", soft_wrap=True)
 
 
-__all__ = ["app", "fit", "fit_records", "plot_sweep", "print_summary", "simulate", "simulate_workload"]
+__all__ = ["app", "fit", "fit_records", "library_signals", "plot_sweep", "print_summary", "simulate", "simulate_workload"]

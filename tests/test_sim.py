@@ -333,3 +333,15 @@ def test_sweep_plots(tmp_path):
     assert {p.name for p in paths} == {"attainment_vs_rate.png", "latency_vs_rate.png", "attainment_vs_slo.png",
                                        "fairness_cdf.png"}
     assert all(p.stat().st_size > 1000 for p in paths)
+
+
+def test_replay_with_the_algorithm_librarys_signals():
+    from certa.cli_sim import library_signals
+    sig = library_signals()
+    assert sig["sc_signal"](["4", "4.0", "4"]) == 1.0  # math equivalence
+    agree = TraceProblem(idx=0, gold="3", samples=[sample("3") for _ in range(8)])
+    rec = run_one(agree, "sc", True, fanout=2, budget=8, tau=0.55, detect_at=4, **sig)
+    assert rec.exit_reason == "certaindex" and rec.knob_used == 4
+    probes = [(64, ""), (128, "wait 9"), (192, "3"), (256, "3"), (320, "3.0"), (384, "3")]
+    prob = TraceProblem(idx=0, gold="3", interval=64, samples=[sample("3", tokens=1000, probes=probes)])
+    assert run_one(prob, "cot", True, window=3, **sig).main_tokens == 320

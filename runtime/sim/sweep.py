@@ -152,6 +152,11 @@ def _max_rate(exp: Experiment, policy: str, rates: list[float], scale: float) ->
     return round(_bisect(exp, policy, lo, above[0], exp.spec.refine, scale, exp.spec.target), 6), False
 
 
+def _named(v: Any) -> Any:
+    """JSON-ready: a callable becomes its qualified name."""
+    return f"{getattr(v, '__module__', '?')}.{getattr(v, '__qualname__', repr(v))}" if callable(v) else v
+
+
 def _ratios(mr: dict[str, float | None]) -> dict[str, float]:
     return {f"certa/{b}": round(mr["certa"] / mr[b], 3)  # type: ignore[operator]
             for b in ("fcfs", "lpm", "app-fifo", "certa-nocd") if mr.get("certa") and mr.get(b)}
@@ -165,7 +170,7 @@ def run_sweep(problems: list[TraceProblem], spec: SweepSpec,
     rates = sorted(spec.rates or exp.default_rates())
     out: dict[str, Any] = {
         "simulator": True, "note": "SIMULATED serving; cost model = " + exp.preset.note,
-        "spec": {**asdict(spec), "program": asdict(spec.program)},
+        "spec": {**asdict(spec), "program": {k: _named(v) for k, v in asdict(spec.program).items()}},
         "preset": {"name": exp.preset.name, "hardware": exp.preset.hardware, "model": exp.preset.model,
                    "estimate": exp.preset.estimate, "cost": exp.preset.cost.as_dict(),
                    "kv_capacity": exp.preset.kv_capacity},

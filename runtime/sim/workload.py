@@ -14,7 +14,10 @@ and taking the real certaindex decisions from the trace's answers:
   rolled back) returns the trace's probe answer; certaindex = :func:`.certainty.probe_certainty`
   over the last ``window`` answers; exit at 1.0 (Dynasor-CoT). Without early exit: one request.
 
-With ``early_exit=False`` programs run to their budget (what a system without certaindex
+The signals default to the minimal ones in :mod:`.certainty` (this layer may not import
+``certa.algorithms``); front ends pass the library's own through ``ProgramConfig.sc_signal``
+/ ``cot_signal`` (``certa sim simulate`` and the benchmark do). With ``early_exit=False``
+programs run to their budget (what a system without certaindex
 does). Each program keeps its :class:`~certa.runtime.scheduler.ProgramInfo` current exactly
 as the Runtime does (``tokens_per_step``, ``certaindex``, ``est_remaining_tokens`` from
 :func:`~certa.runtime.schedulers.remaining_steps`).
@@ -30,8 +33,9 @@ from __future__ import annotations
 
 import itertools
 import random
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, Optional
 
 from ..errors import ConfigError
 from ..policy import Threshold
@@ -44,6 +48,8 @@ from .engine import SimRequest
 from .traces import TraceProblem
 
 Kind = Literal["sc", "cot"]
+SCSignal = Callable[[Sequence[Optional[str]]], float]
+CoTSignal = Callable[[Sequence[Optional[str]], int], float]
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +67,8 @@ class ProgramConfig:
     probe_suffix: int = 30
     max_tokens: int = 8192
     prior_output: int = 1000  # admission's per-request output estimate before any history
+    sc_signal: SCSignal | None = None  # SC certaindex of the answers so far (default: certainty.entropy_certainty)
+    cot_signal: CoTSignal | None = None  # CoT certaindex of probe answers, window k (default: probe_certainty)
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,7 +185,7 @@ class SCProgram(SimProgram):
         sample = self.spec.problem.samples[r.payload]  # type: ignore[index]
         self.preds.append(sample.pred if sample.tokens <= self.cfg.max_tokens else None)
         self.prog.knob_used = len(self.preds)
-        if self._update(entropy_certainty(self.preds)):
+        if self._update((self.cfg.sc_signal or entropy_certainty)(self.preds)):
             return self._finish("certaindex", majority(self.preds))
         if self.prog.knob_used >= (self.prog.knob.cap or 0):
             return self._finish("cap", majority(self.preds))
@@ -219,7 +227,7 @@ class CoTProgram(SimProgram):
             return [self._req(ctx + self.cfg.probe_suffix, self.cfg.probe_tokens, shared=ctx, kind="probe",
                               max_tokens=self.cfg.probe_tokens)]
         self.probes.append(self.sample.probe_at(self.pos))
-        if self._update(probe_certainty(self.probes, self.cfg.window)):
+        if self._update((self.cfg.cot_signal or probe_certainty)(self.probes, self.cfg.window)):
             return self._finish("certaindex", self.probes[-1])
         ctx = P + self.pos
         return [self._req(ctx, min(self.interval, self.length - self.pos), shared=ctx, extends=True,

@@ -125,6 +125,7 @@ class CertaSJF(SchedulingPolicy):
         self.prior_steps = prior_steps
         self.history = History()
         self.name = "certa" if use_certaindex else "certa-nocd"
+        self._epoch: float | None = None  # first arrival seen: keeps keys (and SGLang ints) small
 
     def tokens_per_step(self, info: ProgramInfo) -> float:
         """The program's own tokens per step, else the history's, else the prior."""
@@ -145,7 +146,10 @@ class CertaSJF(SchedulingPolicy):
         return tps * (left if left > 0 else 1.0)  # still asking for work: at least one more step
 
     def program_key(self, info: ProgramInfo) -> float:
-        return self.remaining(info) + self.aging * info.arrival
+        """``remaining + aging × arrival`` (arrival counted from the first one seen)."""
+        if self._epoch is None:
+            self._epoch = info.arrival
+        return self.remaining(info) + self.aging * (info.arrival - self._epoch)
 
     def key(self, ticket: Ticket, now: float) -> tuple:
         p = ticket.program

@@ -345,3 +345,16 @@ def test_replay_with_the_algorithm_librarys_signals():
     probes = [(64, ""), (128, "wait 9"), (192, "3"), (256, "3"), (320, "3.0"), (384, "3")]
     prob = TraceProblem(idx=0, gold="3", interval=64, samples=[sample("3", tokens=1000, probes=probes)])
     assert run_one(prob, "cot", True, window=3, **sig).main_tokens == 320
+
+
+@pytest.mark.parametrize("module", [
+    "certa.runtime.scheduler", "certa.runtime.schedulers", "certa.runtime.admission", "certa.runtime.sim",
+    "certa.runtime.sim.certainty", "certa.runtime.sim.cost_model", "certa.runtime.sim.engine",
+    "certa.runtime.sim.fit", "certa.runtime.sim.metrics", "certa.runtime.sim.presets", "certa.runtime.sim.simulator",
+    "certa.runtime.sim.sweep", "certa.runtime.sim.synth", "certa.runtime.sim.traces", "certa.runtime.sim.workload",
+])
+def test_docstring_examples_run(module):
+    import doctest
+    import importlib
+    res = doctest.testmod(importlib.import_module(module))
+    assert res.failed == 0 and res.attempted > 0

@@ -29,7 +29,10 @@ def _fail(exc: CertaError) -> None:
 
 @app.command("list")
 def list_models() -> None:
-    """Known models: where each is found and whether its file is verified."""
+    """Known models: where each is found and whether its file is verified.
+
+    Example: certa models list
+    """
     for spec in models.KNOWN_MODELS.values():
         where, path = models.locate(spec)
         if where == "cache":
@@ -46,7 +49,10 @@ def list_models() -> None:
 
 @app.command("path")
 def path(name: str | None = typer.Argument(None, help="a known name or .gguf path (default: the default model)")) -> None:
-    """Resolve (assembling from the installed packages if needed) and print the model's path."""
+    """Resolve (assembling from the installed packages if needed) and print the model's path.
+
+    Example: certa models path qwen2.5-coder-0.5b
+    """
     try:
         typer.echo(str(models.resolve_model(name)))
     except CertaError as exc:
@@ -55,7 +61,10 @@ def path(name: str | None = typer.Argument(None, help="a known name or .gguf pat
 
 @app.command("verify")
 def verify(target: str | None = typer.Argument(None, help="a known name or a .gguf path")) -> None:
-    """Recompute the sha256 of a model file and compare it with the known checksum."""
+    """Recompute the sha256 of a model file and compare it with the known checksum.
+
+    Example: certa models verify qwen2.5-coder-1.5b
+    """
     try:
         spec = models.known(target) if target else models.KNOWN_MODELS[models.DEFAULT_MODEL]
         if spec is not None:

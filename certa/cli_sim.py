@@ -231,7 +231,10 @@ def simulate(
     seed: int = typer.Option(0),
     debug: bool = typer.Option(False, help="show tracebacks"),
 ) -> None:
-    """Simulate an online workload under several policies; report max rate at 90% SLO attainment."""
+    """Simulate an online workload under several policies; report max rate at 90% SLO attainment.
+
+    Example: certa sim simulate --workload traces.jsonl --policies fcfs,lpm,app-fifo,certa --json out.json
+    """
     try:
         if kind not in ("sc", "cot", "mix") or deadline not in ("uniform", "oracle") or \
                 exit_mode not in ("system", "all", "none"):
@@ -255,7 +258,10 @@ def fit(
     json_out: Optional[pathlib.Path] = typer.Option(None, "--json", help="write the fit here"),
     debug: bool = typer.Option(False, help="show tracebacks"),
 ) -> None:
-    """Fit t = a + b·N + c·K + d·P (non-negative least squares) to measured engine iterations."""
+    """Fit t = a + b·N + c·K + d·P (non-negative least squares) to measured engine iterations.
+
+    Example: certa sim fit iterations.jsonl --json fit.json
+    """
     try:
         rep = fit_records(records, json_out)
     except CertaError as exc:

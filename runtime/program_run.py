@@ -67,7 +67,8 @@ class ProgramRun:
         self.inflight: set[str] = set()
         self.sequences: list[Any] = []
         self.rid_counter = itertools.count()
-        self.info = ProgramInfo(program.program_id, arrival=runtime.scheduler.clock(), knob_cap=program.knob_cap)
+        self.info = ProgramInfo(program.program_id, arrival=runtime.scheduler.clock(), knob_cap=program.knob_cap,
+                                name=program.display_name)
 
     async def guard(self, rid: str, work: Awaitable[Any], kind: TokenKind, ctx, *, retryable_abort: bool = False) -> Any:
         """Await backend ``work`` for ``rid``; abort it on cancellation or failure; count its tokens.

@@ -12,9 +12,9 @@ from typing import Any, Optional
 import typer
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
+from certa.cli_errors import error_line, fail
 from certa.runtime.errors import CertaError, ConfigError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -28,21 +28,8 @@ def _root() -> None:
     """certa: declarative LLM reasoning programs with certaindex early exit."""
 
 
-def _fail(exc: BaseException, debug: bool) -> None:
-    if debug:
-        raise exc
-    if isinstance(exc, CertaError):  # escape: "[program=sc step=x]" is not rich markup
-        _error_line(f"{exc.code} {exc.name}{exc.where()}: {exc.message}", exc.hint)
-    else:
-        _error_line(f"{type(exc).__name__}: {exc}", "rerun with --debug for the full traceback")
-    raise typer.Exit(2)
-
-
-def _error_line(message: str, hint: str | None = None) -> None:
-    """Print ``error ...`` on one line (never wrapped) and an optional ``hint:`` line, to stderr."""
-    console.print("[red]error[/red] " + escape(" ".join(message.split())), soft_wrap=True)
-    if hint:
-        console.print("  hint: " + escape(" ".join(hint.split())), soft_wrap=True)
+_fail = fail
+_error_line = error_line
 
 
 def make_runtime(backend: str, model: Optional[str], scheduler: str = "fcfs", **opts: Any):

@@ -20,8 +20,8 @@ from typing import Any, Optional
 
 import typer
 from rich.console import Console
-from rich.markup import escape
 
+from certa.cli_errors import error_line, fail
 from certa.runtime.errors import CertaError, ConfigError
 
 console = Console(stderr=True)
@@ -39,21 +39,8 @@ _PROGRAM = typer.Option(..., "--program", help="sc or cot")
 _TRACES = typer.Option(..., "--traces", help="trace file (JSONL, the documented trace format)")
 
 
-def _fail(exc: BaseException, debug: bool) -> None:
-    if debug:
-        raise exc
-    if isinstance(exc, CertaError):
-        _error_line(f"{exc.code} {exc.name}{exc.where()}: {exc.message}", exc.hint)
-    else:
-        _error_line(f"{type(exc).__name__}: {exc}", "rerun with --debug for the full traceback")
-    raise typer.Exit(2)
-
-
-def _error_line(message: str, hint: str | None = None) -> None:
-    """``error ...`` on one line (never wrapped) and an optional ``hint:`` line, to stderr."""
-    console.print("[red]error[/red] " + escape(" ".join(message.split())), soft_wrap=True)
-    if hint:
-        console.print("  hint: " + escape(" ".join(hint.split())), soft_wrap=True)
+_fail = fail
+_error_line = error_line
 
 
 def _program(name: str) -> str:

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import typer
 
+from certa.cli_errors import fail
+
 from certa.runtime import models
 from certa.runtime.errors import CertaError, ModelIntegrityError, ModelNotFoundError
 
@@ -21,10 +23,7 @@ app = typer.Typer(help="Find, assemble and verify the GGUF models certa runs on 
 
 
 def _fail(exc: CertaError) -> None:
-    typer.echo(f"error: {exc.code} {exc.message}", err=True)
-    if exc.hint:
-        typer.echo(f"hint: {exc.hint}", err=True)
-    raise typer.Exit(1)
+    fail(exc)
 
 
 @app.command("list")

@@ -20,6 +20,8 @@ from dataclasses import replace
 from typing import Any, Optional
 
 import typer
+
+from certa.cli_errors import fail
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
@@ -178,12 +180,9 @@ def _floats(text: str | None, what: str) -> list[float] | None:
 
 
 def _fail(exc: BaseException, debug: bool) -> None:
-    if debug or not isinstance(exc, CertaError):
+    if not isinstance(exc, CertaError):
         raise exc
-    err.print("[red]error[/red] " + escape(f"{exc.code} {exc.name}: {exc.message}"), soft_wrap=True)
-    if exc.hint:
-        err.print("  hint: " + escape(exc.hint), soft_wrap=True)
-    raise typer.Exit(2)
+    fail(exc, debug)
 
 
 def print_summary(result: dict[str, Any]) -> None:

@@ -143,6 +143,6 @@ def test_cli_list_path_verify(env, only, tmp_path):
     assert out.exit_code == 0 and "OK" in out.output
     (env / "fake-1b.gguf").write_bytes(b"GGUF" + b"y" * (len(GGUF) - 4))
     out = run(cli_models.app, ["verify", str(env / "fake-1b.gguf")])
-    assert out.exit_code == 1 and "CT302" in out.output and "hint:" in out.output
+    assert out.exit_code == 2 and "CT302" in out.output and "hint:" in out.output
     out = run(cli_models.app, ["path", str(tmp_path / "nope.gguf")])
-    assert out.exit_code == 1 and out.output.count("\n") == 2 and "CT301" in out.output
+    assert out.exit_code == 2 and out.output.count("\n") == 2 and "CT301" in out.output

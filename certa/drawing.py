@@ -27,6 +27,7 @@ import textwrap
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from certa.dsl.drawing import step_label_parts
 from certa.dsl.graph import END, START
 from certa.runtime.errors import ConfigError
 
@@ -103,17 +104,8 @@ def _compiled(program: Any) -> "CompiledGraph":
 
 
 def _step_label(c: "CompiledGraph", name: str) -> tuple[str, str]:
-    s = c.graph.steps[name]
-    parts = [name]
-    if callable(s.fanout):
-        parts.append(f"fan-out ≤ {s.max_fanout}")
-    elif s.fanout > 1:
-        parts.append(f"×{s.fanout} branches")
-    if name == c.knob_step:
-        k = c.graph.knob
-        parts.append(f"knob: {k.unit} ≤ {k.cap}" if k.cap is not None else f"knob: {k.unit}")
-        return "\n".join(parts), "knob"
-    return "\n".join(parts), "step"
+    parts = step_label_parts(c, name)
+    return "\n".join(parts), ("knob" if name == c.knob_step else "step")
 
 
 def graph_layout(program: Any) -> GraphLayout:

@@ -12,17 +12,22 @@ if TYPE_CHECKING:  # pragma: no cover
     from .compiler import CompiledGraph
 
 
-def _label(c: "CompiledGraph", name: str) -> str:
+def step_label_parts(c: "CompiledGraph", name: str) -> list[str]:
+    """A step's label lines: its name, its fan-out and, for the knob step, the knob and cap."""
     s = c.graph.steps[name]
     parts = [name]
     if callable(s.fanout):
-        parts.append(f"fan-out ≤{s.max_fanout}")
+        parts.append(f"fan-out ≤ {s.max_fanout}")
     elif s.fanout > 1:
-        parts.append(f"×{s.fanout}")
+        parts.append(f"×{s.fanout} branches")
     if name == c.knob_step:
         k = c.graph.knob
         parts.append(f"knob: {k.unit} ≤ {k.cap}" if k.cap is not None else f"knob: {k.unit}")
-    return "<br/>".join(parts)
+    return parts
+
+
+def _label(c: "CompiledGraph", name: str) -> str:
+    return "<br/>".join(step_label_parts(c, name))
 
 
 def mermaid(c: "CompiledGraph") -> Mermaid:

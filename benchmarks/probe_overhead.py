@@ -6,8 +6,9 @@ certa's native sequences plain (``extend(T)`` until done) and probed (``extend(T
 ``probe_tokens`` greedy tokens, as Dynasor does) and ``stop`` (the probe ends at the ``}``
 closing the boxed answer). Reported per variant: extra wall time over plain (sum over runs,
 and the median per-run ratio; the run order rotates to cancel drift), extra engine
-iterations (a noise-free proxy: each probe adds one prefill iteration and up to
-``probe_tokens`` decode iterations) and continuation exactness (the probed chain must be
+iterations, the extra *modeled* time (the simulator's cost model ``a + b·N + c·K + d·P``
+fitted to every iteration of this run, summed over each chain's iterations: a noise-robust
+estimate on a shared machine) and continuation exactness (the probed chain must be
 token-identical to the plain one: 100%).
 
 usage: python benchmarks/probe_overhead.py --json out.json [--model qwen2.5-coder-0.5b]
@@ -26,6 +27,7 @@ import time
 from pathlib import Path
 
 from certa.runtime.backends.llamacpp import LlamaCppBackend
+from certa.runtime.sim.fit import fit_cost_model
 from certa.runtime.types import GenRequest
 
 PROBE = "... Oh, I suddenly got the answer to the whole problem, **Final Answer**\n\n\\[ \\boxed{"
@@ -49,7 +51,7 @@ async def chain(b: LlamaCppBackend, q: str, seed: int, args, variant: str, tag: 
     probed = stop is not None
     req = GenRequest(prompt=q, system=SYSTEM, chat=True, max_tokens=args.max_tokens, temperature=args.temperature,
                      top_k=40, top_p=0.95, seed=seed, rid=f"{tag}-{seed}-{variant}-{time.monotonic_ns()}")
-    before = b.stats()
+    before, first = b.stats(), len(b.engine.iterations)
     t0 = time.perf_counter()
     seq = await b.open_sequence(req)
     probes = 0
@@ -62,6 +64,7 @@ async def chain(b: LlamaCppBackend, q: str, seed: int, args, variant: str, tag: 
     after = b.stats()
     work = {k: round(after[k] - before[k], 3) for k in ("iterations", "decode_seconds", "prompt_tokens",
                                                         "decode_tokens", "probe_tokens")}
+    work["records"] = (first, len(b.engine.iterations))  # this run's iteration records (for the cost model)
     tokens = list(seq._job.out)
     await seq.close()
     return wall, tokens, probes, work
@@ -90,6 +93,12 @@ async def main(args) -> dict:
                 runs.append(run)
                 print(json.dumps(run), file=sys.stderr, flush=True)
         stats = b.stats()
+        fit = fit_cost_model(b.engine.iterations)
+        for run in runs:
+            for part in [run["engine_plain"]] + [run[v]["engine"] for v in ("full", "stop")]:
+                lo, hi = part.pop("records")
+                part["modeled_s"] = round(sum(fit.model.iteration_time(r.n_tokens, r.kv_read, r.prefill_pairs)
+                                              for r in b.engine.iterations[lo:hi]), 3)
     finally:
         await b.close()
     return {
@@ -97,6 +106,7 @@ async def main(args) -> dict:
         "interval": args.interval, "probe_tokens": args.probe_tokens, "max_tokens": args.max_tokens,
         "temperature": args.temperature, "runs": runs,
         "variants": {v: summary(runs, v) for v in ("full", "stop")},
+        "cost_model": fit.as_dict(),
         "target": {"extra_wall_max": 0.15, "exactness": 1.0},
         "engine": {k: stats[k] for k in ("iterations", "prompt_tokens", "probe_tokens", "decode_tokens", "probe")},
         "machine": {"platform": platform.platform(), "note": "shared CPU; other jobs may be running"},
@@ -109,6 +119,8 @@ def summary(runs: list[dict], v: str) -> dict:
             "extra_wall_median": round(statistics.median(r[v]["extra"] for r in runs), 4),
             "extra_iterations": round(sum(r[v]["engine"]["iterations"] for r in runs)
                                       / sum(r["engine_plain"]["iterations"] for r in runs) - 1, 4),
+            "extra_modeled": round(sum(r[v]["engine"]["modeled_s"] for r in runs)
+                                   / sum(r["engine_plain"]["modeled_s"] for r in runs) - 1, 4),
             "exactness": sum(r[v]["exact"] for r in runs) / len(runs)}
 
 

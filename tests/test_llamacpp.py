@@ -7,6 +7,7 @@ Skips (with the reason) when llama-cpp-python or the 0.5B model is not installed
 from __future__ import annotations
 
 import asyncio
+import os
 import uuid
 
 import pytest
@@ -22,6 +23,9 @@ pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (pip 
 from certa.runtime import models
 
 SMALL = models.KNOWN_MODELS["qwen2.5-coder-0.5b"]
+# llama.cpp threads spin-wait for each other: on cores shared with other busy processes one
+# thread is far steadier than two (see LlamaEngine's docstring); CERTA_TEST_THREADS overrides.
+THREADS = int(os.environ.get("CERTA_TEST_THREADS", "1"))
 COUNT = "Count from one to fifty, separated by commas: one, two, three,"
 
 
@@ -34,7 +38,7 @@ def _small_model_path():
 @pytest.fixture(scope="module")
 def llama():
     from certa.runtime.backends.llamacpp import LlamaCppBackend
-    b = LlamaCppBackend(_small_model_path(), n_ctx=4096, n_seq=8, n_threads=2, max_batch_tokens=256)
+    b = LlamaCppBackend(_small_model_path(), n_ctx=4096, n_seq=8, n_threads=THREADS, max_batch_tokens=256)
     yield b
     b.shutdown()
 
@@ -43,7 +47,7 @@ def llama():
 def tiny():
     """A second engine with only 2 slots, so that slot contention (ordering, preemption) shows."""
     from certa.runtime.backends.llamacpp import LlamaCppBackend
-    b = LlamaCppBackend(_small_model_path(), n_ctx=1024, n_seq=2, n_threads=2, max_batch_tokens=128)
+    b = LlamaCppBackend(_small_model_path(), n_ctx=1024, n_seq=2, n_threads=THREADS, max_batch_tokens=128)
     yield b
     b.shutdown()
 
@@ -282,3 +286,13 @@ async def test_closing_a_sequence_ends_its_pending_extend(llama):
     out = await asyncio.wait_for(task, 10)
     assert out.finish_reason == "abort" and seq.finished
     assert seq.rid not in llama.live_rids()
+
+
+async def test_prefix_cache_is_capped(tiny):
+    limit = tiny.engine.kv.cache_limit
+    assert limit == tiny.engine.n_ctx // 4
+    for i in range(3):
+        await tiny.generate(GenRequest(prompt=f"{i} " + "word " * 150, max_tokens=1, rid=rid()))
+    await settle(tiny)
+    assert sum(len(s.kv) for s in tiny.engine.kv.free()) <= limit
+    assert tiny.stats()["evictions"] >= 1

@@ -63,10 +63,17 @@ class LlamaEngine:
         n_ctx: KV cells shared by all slots; n_seq: sequence slots (concurrent jobs).
         n_threads: CPU threads (default: all cores); max_batch_tokens: tokens per iteration.
         record_iterations: keep per-iteration records for the simulator's cost model.
+        cache_limit: tokens of finished requests' KV kept for prefix reuse (default n_ctx/4).
+
+    Threads: llama.cpp's worker threads meet at spin barriers each layer; on a machine whose
+    cores are shared with other busy processes, ``n_threads`` = all cores can stall for
+    seconds per step (measured: 2 threads on 2 shared cores, 40 ms–2.8 s per decode step;
+    1 thread, a steady 30 ms). Use fewer threads than cores there.
     """
 
     def __init__(self, model: LlamaModel, *, n_ctx: int = 8192, n_seq: int = 16, n_threads: int | None = None,
-                 max_batch_tokens: int = 512, record_iterations: bool = True, owns_model: bool = True) -> None:
+                 max_batch_tokens: int = 512, record_iterations: bool = True, owns_model: bool = True,
+                 cache_limit: int | None = None) -> None:
         if n_seq < 1 or n_ctx < 16 or max_batch_tokens < 1:
             raise ConfigError(f"bad engine sizes n_seq={n_seq} n_ctx={n_ctx} max_batch_tokens={max_batch_tokens}")
         self.model, self._owns_model = model, owns_model
@@ -79,7 +86,8 @@ class LlamaEngine:
         if not self.ctx:
             raise ConfigError(f"llama.cpp could not create a context (n_ctx={n_ctx}, n_seq={n_seq})")
         self.n_ctx, self.n_seq = int(lc.llama_n_ctx(self.ctx)), n_seq
-        self.kv = KVSlots(lc.llama_get_memory(self.ctx), n_seq)
+        self.kv = KVSlots(lc.llama_get_memory(self.ctx), n_seq,
+                          cache_limit=self.n_ctx // 4 if cache_limit is None else cache_limit)
         self.batcher = Batcher(model, self.ctx, self.kv, n_ctx=self.n_ctx, capacity=max_batch_tokens,
                                forget=self._forget, record=record_iterations,
                                source=f"llamacpp:{model.path.stem}:{threads}t")

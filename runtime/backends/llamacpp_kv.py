@@ -5,7 +5,10 @@ tensors: it tags the prompt's KV cells with one more sequence id. A new job ther
 the longest prompt prefix any slot already holds (a live branch, or the cached KV a finished
 request left behind) for free, and evaluates only the rest. Requests that arrive together
 with the same prompt wait one step for the first of them to compute it (the *leader*), then
-copy. Finished jobs leave their KV cached in their slot until the slot is needed again.
+copy. Finished jobs leave their KV cached in their slot until the slot is needed again, up
+to ``cache_limit`` tokens (least recently used first out): with a unified KV every decode
+attends over the whole occupied cell range, so cached cells are not free (measured on the
+0.5B: ~30 ms → ~45 ms per decode step with 5,400 cached tokens).
 
 Example:
     >>> common_prefix_len([1, 2, 3, 4], [1, 2, 9], cap=10)
@@ -42,9 +45,10 @@ def common_prefix_len(a: list[int], b: list[int], cap: int) -> int:
 class KVSlots:
     """The engine's sequence slots over one llama.cpp memory (all methods: engine thread only)."""
 
-    def __init__(self, mem, n_seq: int) -> None:
+    def __init__(self, mem, n_seq: int, cache_limit: int | None = None) -> None:
         self.mem = mem
         self.slots = [Slot(i) for i in range(n_seq)]
+        self.cache_limit = cache_limit  # max tokens kept as prefix cache in free slots (None: no cap)
         self.clock = 0  # bumped by the engine each iteration (LRU)
         self.evictions = 0
         self.preemptions = 0
@@ -138,6 +142,9 @@ class KVSlots:
         job.slot, slot.owner, slot.used = None, None, self.clock
         if not keep_cache:
             self.truncate(slot, 0)
+        elif self.cache_limit is not None:  # cached cells widen every decode's attention span: cap them
+            while sum(len(s.kv) for s in self.free()) > self.cache_limit and self.evict_one(set()):
+                pass
 
     def evict_one(self, busy: set[int]) -> bool:
         """Drop the least recently used cached KV of a free slot not in ``busy``; False if none."""

@@ -10,6 +10,7 @@ import asyncio
 import json
 import os
 import pathlib
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -125,6 +126,33 @@ def grade_row(problem: Any, result: Result) -> bool | None:
     return bool(grade(str(result.answer), str(problem.gold), problem.dataset))
 
 
+async def in_daemon_thread(fn: Callable[..., Any], *args: Any) -> Any:
+    """Run blocking ``fn(*args)`` in a daemon thread and await it.
+
+    Unlike ``asyncio.to_thread``, a grading call still running when the user presses Ctrl-C
+    does not hold up the interpreter's exit (the default executor is joined at shutdown).
+    """
+    loop = asyncio.get_running_loop()
+    fut: asyncio.Future[Any] = loop.create_future()
+
+    def deliver(value: Any, exc: BaseException | None) -> None:
+        if not fut.done():
+            fut.set_exception(exc) if exc is not None else fut.set_result(value)
+
+    def work() -> None:
+        try:
+            value, exc = fn(*args), None
+        except BaseException as e:  # noqa: BLE001 - handed to the awaiting task
+            value, exc = None, e
+        try:
+            loop.call_soon_threadsafe(deliver, value, exc)
+        except RuntimeError:  # the loop is gone (interrupted run): nobody is waiting
+            pass
+
+    threading.Thread(target=work, name="certa-grade", daemon=True).start()
+    return await fut
+
+
 async def run_dataset(target: Any, problems: list[Any], runtime: Runtime, *, concurrency: int = 4,
                       journal: Journal | None = None,
                       on_row: Callable[[dict[str, Any]], None] | None = None) -> BatchReport:
@@ -144,7 +172,7 @@ async def run_dataset(target: Any, problems: list[Any], runtime: Runtime, *, con
     async def one(key: str, p: Any) -> None:
         async with sem:
             result = await runtime.run(target, question=p.question)
-        correct = await asyncio.to_thread(grade_row, p, result) if result.ok else False
+        correct = await in_daemon_thread(grade_row, p, result) if result.ok else False
         row = {"key": key, "dataset": p.dataset, "idx": p.idx, "gold": p.gold, "correct": correct,
                **result.summary()}
         if journal is not None:

@@ -299,8 +299,6 @@ def test_missing_and_empty_trace_files(tmp_path):
         traces.load_traces(tmp_path / "empty.jsonl")
 
 
-@pytest.mark.xfail(strict=True, raises=RecursionError,
-                   reason="runtime/sim/traces.py lets json's RecursionError escape on deeply nested input")
 def test_deeply_nested_trace_line_is_a_trace_format_error(tmp_path):
     traces = pytest.importorskip("certa.runtime.sim.traces")
     from certa.runtime.errors import TraceFormatError

@@ -84,6 +84,8 @@ def parse_trace_line(line: str, *, where: str = "<string>") -> TraceProblem:
         data = json.loads(line)
     except json.JSONDecodeError as exc:
         raise TraceFormatError(f"{where}: not JSON ({exc.msg} at column {exc.colno})") from None
+    except RecursionError:
+        raise TraceFormatError(f"{where}: JSON nested too deeply") from None
     if not isinstance(data, dict):
         raise TraceFormatError(f"{where}: expected a JSON object, got {type(data).__name__}")
     try:

@@ -124,7 +124,7 @@ def test_data_dir_resolution(tmp_path, monkeypatch):
     monkeypatch.delenv("CERTA_DATA")
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(ds, "__file__", str(tmp_path / "pkg" / "datasets.py"))
-    if not any((p / "shared" / "data").is_dir() for p in tmp_path.parents):  # e.g. CI with /tmp/shared
+    if not any((p / "shared" / "data").is_dir() for p in tmp_path.parents):  # e.g. a shared/ beside the clone
         with pytest.raises(DatasetError) as info:
             ds.data_dir()
         assert "CERTA_DATA" in str(info.value)

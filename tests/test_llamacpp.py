@@ -56,12 +56,9 @@ def rid() -> str:
     return f"t-{uuid.uuid4().hex[:8]}"
 
 
-async def settle(backend, timeout: float = 5.0) -> None:
-    """Wait until the engine has applied posted commands (no job left)."""
-    for _ in range(int(timeout / 0.02)):
-        if not backend.engine.batcher.jobs:
-            return
-        await asyncio.sleep(0.02)
+async def settle(backend, timeout: float = 10.0) -> None:
+    """Wait until the engine thread has applied every posted command (its state is then stable)."""
+    assert await asyncio.to_thread(backend.engine.barrier, timeout)
 
 
 class TestLlamaCpp(BackendConformance):

@@ -178,6 +178,15 @@ class LlamaEngine:
         job.aborted = True
         self._post(lambda: self.batcher.drop(job, keep_cache=True))
 
+    def barrier(self, timeout: float | None = None) -> bool:
+        """Block until the engine thread has finished its current iteration and applied every
+        command posted before this call (engine state is then safe to inspect); False on timeout."""
+        if self._closed:
+            return True
+        done = threading.Event()
+        self._post(done.set)
+        return done.wait(timeout)
+
     def clear_cache(self) -> None:
         """Drop the prefix-cache KV of every free slot (e.g. between benchmark runs)."""
         self._post(lambda: [self.kv.truncate(s, 0) for s in self.kv.free()])

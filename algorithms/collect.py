@@ -39,6 +39,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from certa.runtime.durable import append_synced, fsync_dir
 from certa.runtime.backends.base import Backend
 from certa.runtime.errors import ConfigError, DatasetError, TraceFormatError
 from certa.runtime.sim.traces import parse_trace_line
@@ -130,17 +131,9 @@ class TraceFile:
         created = not self.path.exists()
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.path, "a", encoding="utf-8") as fh:
-            fh.write(json.dumps(row, ensure_ascii=False) + "\n")
-            fh.flush()
-            os.fsync(fh.fileno())
+            append_synced(fh, row)
         if created:
-            fd = os.open(self.path.parent, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            except OSError:
-                pass
-            finally:
-                os.close(fd)
+            fsync_dir(self.path.parent)
         self.rows.append(row)
         self.done.add(str(row["idx"]))
 

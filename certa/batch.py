@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from certa.runtime.durable import append_synced, fsync_dir
 from certa.runtime.errors import ConfigError
 from certa.runtime.result import Result
 from certa.runtime.runtime import Runtime
@@ -66,7 +67,7 @@ class Journal:
         created = not self.path.exists()
         self._fh = open(self.path, "a", encoding="utf-8")
         if created:  # make the new file's directory entry durable too
-            _fsync_dir(self.path.parent)
+            fsync_dir(self.path.parent)
 
     def _load(self) -> None:
         data = self.path.read_bytes()
@@ -97,26 +98,11 @@ class Journal:
                 os.fsync(fh.fileno())
 
     def append(self, row: dict[str, Any]) -> None:
-        self._fh.write(json.dumps(row) + "\n")
-        self._fh.flush()
-        os.fsync(self._fh.fileno())
+        append_synced(self._fh, row)
         self.done[row["key"]] = row
 
     def close(self) -> None:
         self._fh.close()
-
-
-def _fsync_dir(path: pathlib.Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 def grade_row(problem: Any, result: Result) -> bool | None:

@@ -11,7 +11,8 @@ llama.cpp decoding is not bit-reproducible across batch shapes).
 
 Each finished problem is one trace line (the DESIGN.md format, plus ``dataset``, sampling
 settings and per sample ``seed``/``finish_reason``, per probe its continuation ``text``,
-decode ``tokens`` and ``prompt_tokens``), written and fsynced before the next problem
+decode ``tokens``, ``prompt_tokens``, ``chars`` (length of the chain's text when probed) and,
+where the engine gives them, ``logprobs`` of the greedy probe tokens), written and fsynced before the next problem
 starts. :class:`TraceFile` makes a rerun continue a killed one: it cuts a torn last line and
 skips every idx already in the file, so nothing is lost or duplicated. Reserved splits
 (GSM8K idx >= 800, MATH-500 idx >= 300) are refused.
@@ -31,6 +32,7 @@ Example:
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 import os
 import time
@@ -176,9 +178,12 @@ async def collect_problem(backend: Backend, problem: Problem, cfg: CollectConfig
                 await seq.extend(cfg.interval)
                 if seq.finished:
                     break
-                p = await seq.probe(probe, cfg.probe_tokens)
-                probes.append({"at": seq.tokens, "answer": extract_probe_answer(p.text), "text": p.text,
-                               "tokens": p.tokens, "prompt_tokens": p.prompt_tokens})
+                p = await seq.probe(probe, cfg.probe_tokens, **probe_options(seq))
+                row = {"at": seq.tokens, "answer": extract_probe_answer(p.text), "text": p.text,
+                       "tokens": p.tokens, "prompt_tokens": p.prompt_tokens, "chars": len(seq.text)}
+                if p.token_logprobs is not None:
+                    row["logprobs"] = [round(x, 4) for x in p.token_logprobs]
+                probes.append(row)
         finally:
             await seq.close()
         finish = seq.finish_reason or ("length" if seq.tokens >= cfg.max_tokens else "stop")
@@ -191,6 +196,16 @@ async def collect_problem(backend: Backend, problem: Problem, cfg: CollectConfig
     return {"idx": problem.idx, "gold": problem.gold, "model": model, "interval": cfg.interval,
             "dataset": problem.dataset, **settings, "wall_s": round(time.perf_counter() - t0, 2),
             "samples": list(samples)}
+
+
+def probe_options(seq: Any) -> dict[str, Any]:
+    """``close_brace=True`` where the sequence supports it (the llama.cpp engine): the probe stops
+    right after the answer's closing brace, the same answer as decoding the whole budget."""
+    try:
+        params = inspect.signature(seq.probe).parameters
+    except (TypeError, ValueError):
+        return {}
+    return {"close_brace": True} if "close_brace" in params else {}
 
 
 def _model_name(backend: Backend) -> str:

@@ -154,7 +154,20 @@ async def test_probe_stop_string_ends_the_probe(llama):
     await seq.extend(4)
     p = await seq.probe(" In digits: {1, 2, 3", max_tokens=12, stop=("}",))
     assert "}" not in p.text and p.tokens < 12 and p.finish_reason == "stop"
+    q = await seq.probe(" In digits: {1, 2, 3", max_tokens=12, close_brace=True)
+    assert q.text.endswith("}") and q.text.count("}") == q.text.count("{") + 1 and q.finish_reason == "stop"
+    assert len(q.token_logprobs) == q.tokens and all(lp <= 0.0 for lp in q.token_logprobs)
     await seq.close()
+
+
+def test_close_brace_stops_after_the_brace_that_closes_the_suffix():
+    from certa.runtime.backends.llamacpp_jobs import TextTail
+    t = TextTail(close_brace=True)
+    pieces = [b"\\frac{1", b"}{2", b"}} \\]", b" more"]
+    stopped = [t.push(p) for p in pieces[:3]]
+    assert stopped == [False, False, True] and t.text == "\\frac{1}{2}}"
+    esc = TextTail(close_brace=True)
+    assert not esc.push(b"\\} 5") and esc.push(b"}") and esc.text == "\\} 5}"
 
 
 async def test_abort_frees_the_slot_at_once(llama):

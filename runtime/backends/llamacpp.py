@@ -184,9 +184,14 @@ class LlamaCppSequence(Sequence):
             self.finish_reason = "abort" if out.finish_reason == "abort" else self._job.finish_reason
         return out
 
-    async def probe(self, suffix: str, max_tokens: int = 20, *, rid: str = "", stop: tuple[str, ...] = ()) -> GenResult:
-        """Append ``suffix``, decode greedily (up to ``max_tokens``, EOS, or a ``stop`` string — an
-        extension of the protocol, e.g. ``stop=("}",)`` after a probe that ends in an open brace), then roll back."""
+    async def probe(self, suffix: str, max_tokens: int = 20, *, rid: str = "", stop: tuple[str, ...] = (),
+                    close_brace: bool = False) -> GenResult:
+        """Append ``suffix``, decode greedily (up to ``max_tokens``, EOS, or a ``stop`` string), then roll back.
+
+        Extensions of the protocol: ``stop`` strings, and ``close_brace=True`` to stop right after
+        the first ``}`` that closes a brace the suffix opened (a probe ending in ``\\boxed{``:
+        the answer is complete, nested braces included). The result's ``token_logprobs`` are the
+        greedy tokens' log-probabilities."""
         rid = rid or f"{self.rid}.probe{next(self._probes)}"
         if self._closed or self._job.aborted:
             return GenResult("", 0, finish_reason="abort", rid=rid)
@@ -194,7 +199,8 @@ class LlamaCppSequence(Sequence):
         if max_tokens <= 0:
             return GenResult("", 0, prompt_tokens=len(tokens), finish_reason="length", rid=rid)
         async with self._lock:
-            probe = Probe(rid, tokens, max_tokens, asyncio.get_running_loop().create_future(), text=TextTail(stop))
+            probe = Probe(rid, tokens, max_tokens, asyncio.get_running_loop().create_future(),
+                          text=TextTail(stop, close_brace=close_brace))
             self.backend.engine.probe(self._job, probe)
             return await self.backend._await(self._job, rid, probe.future)
 

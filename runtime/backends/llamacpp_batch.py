@@ -189,6 +189,8 @@ class Batcher:
         model, probe = self.model, job.probe
         if probe is not None:
             tok = lc.llama_sampler_sample(probe.sampler, self.ctx, i)
+            logits = self.logits(i)
+            probe.logps.append(float(logits[tok]) - self.log_norm(logits))
             probe.out.append(tok)
             self.counters["probe"] += 1
             eog = model.is_eog(tok)
@@ -328,7 +330,8 @@ class Batcher:
         eog = bool(probe.out) and self.model.is_eog(probe.out[-1])
         reason = ("stop" if eog or probe.text.stopped else "length") if deliver_result else "abort"
         deliver(job.loop, probe.future, GenResult(probe.text.text, len(probe.out), prompt_tokens=len(probe.suffix),
-                                                  finish_reason=reason, rid=probe.rid))  # type: ignore[arg-type]
+                                                  finish_reason=reason, rid=probe.rid,  # type: ignore[arg-type]
+                                                  token_logprobs=list(probe.logps)))
 
     def fail_all(self, exc_factory: Callable[[Job], BaseException]) -> None:
         for job in list(self.jobs):

@@ -31,13 +31,26 @@ JobKind = Literal["gen", "seq", "score"]
 class TextTail:
     """Incremental UTF-8 text of generated tokens with stop-string detection and trimming."""
 
-    __slots__ = ("_dec", "stopped", "stops", "text")
+    __slots__ = ("_close_brace", "_depth", "_dec", "stopped", "stops", "text")
 
-    def __init__(self, stops: tuple[str, ...] = ()) -> None:
+    def __init__(self, stops: tuple[str, ...] = (), *, close_brace: bool = False) -> None:
         self._dec = codecs.getincrementaldecoder("utf-8")("replace")
         self.text = ""
         self.stops = tuple(s for s in stops if s)
         self.stopped = False
+        self._close_brace, self._depth = close_brace, 0
+
+    def _unmatched_brace(self, start: int) -> int:
+        """Index just past the first ``}`` that closes a brace opened before the text began, or -1.
+        Escaped ``\\{``/``\\}`` are not structural (as in ``extract_probe_answer``)."""
+        for i in range(start, len(self.text)):
+            ch = self.text[i]
+            if ch in "{}" and i > 0 and self.text[i - 1] == "\\":
+                continue
+            self._depth += 1 if ch == "{" else -1 if ch == "}" else 0
+            if self._depth < 0:
+                return i + 1
+        return -1
 
     def push(self, piece: bytes) -> bool:
         """Append a token's bytes; True (and text trimmed before the stop) when a stop string appears."""
@@ -48,6 +61,10 @@ class TextTail:
             i = self.text.find(s, max(0, start - len(s) + 1))
             if i >= 0 and (cut < 0 or i < cut):
                 cut = i
+        if self._close_brace:
+            end = self._unmatched_brace(start)
+            if end >= 0 and (cut < 0 or end <= cut):
+                cut = end
         if cut >= 0:
             self.text = self.text[:cut]
             self.stopped = True
@@ -81,6 +98,7 @@ class Probe:
     out: list[int] = field(default_factory=list)
     text: TextTail = field(default_factory=TextTail)
     aborted: bool = False
+    logps: list[float] = field(default_factory=list)  # log-probability of each (greedy) probe token
 
 
 @dataclass(eq=False, slots=True)

@@ -7,8 +7,11 @@ with no accuracy loss there), and reports on the held-out part only:
 * SC — ``baseline-even`` (budgets 1..N samples), ``baseline-length`` (token budgets),
   ``certaindex-threshold``, ``pareto``, ``esc``, ``adaptive-consistency``;
 * CoT — ``baseline-even`` (token budgets; a cut chain answers with one counted probe),
-  ``probe-calibrated`` and Dynasor's presets ``dynasor-mild`` ... ``dynasor-crazy``,
-  with probe decode tokens counted (probe prefill reported apart).
+  Dynasor's rule (``probe-calibrated``, and its presets ``dynasor-mild`` ... ``dynasor-crazy``)
+  side by side with certa's certaindex variants (``grounded``, ``confident``, ``progress``,
+  ``settled`` and their AND ``certa-cot``, :mod:`~certa.algorithms.cot_grid`), with probe
+  decode tokens counted (probe prefill reported apart). A variant the traces cannot support
+  (``confident`` without probe logprobs) is listed with ``skipped`` and the reason.
 
 Each method carries tokens, accuracy, ``token_ratio``/``accuracy_delta`` vs baseline-even at
 the full budget, ``iso_token_ratio`` vs baseline-even at matched accuracy, bootstrap 95% CIs,
@@ -28,6 +31,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from certa.runtime.errors import ConfigError
 from certa.runtime.policy import Length, Threshold
 from certa.runtime.sim.traces import TraceProblem
 
@@ -42,11 +46,19 @@ TARGETS: dict[str, dict[str, float]] = {"sc": {"token_ratio": 0.45, "accuracy_dr
                                         "cot": {"token_ratio": 0.75, "accuracy_drop": 0.005}}
 """The issue's targets: token ratio at most this, accuracy within this (0.005 = 0.5 pt)."""
 
-_NAMES = {"threshold": "certaindex-threshold", "probe": "probe-calibrated"}
+_NAMES = {"threshold": "certaindex-threshold", "probe": "probe-calibrated", "certa": "certa-cot"}
+
+
+def _without_k(spec: Any) -> Any:
+    if isinstance(spec, dict):
+        return tuple(sorted((k, _without_k(v)) for k, v in spec.items() if k != "k"))
+    return tuple(_without_k(v) for v in spec) if isinstance(spec, list) else spec
 
 
 def _shape(c: Candidate) -> tuple:
-    """Candidates of one curve: same structure, different aggressiveness."""
+    """Candidates of one curve: same structure, different aggressiveness (CoT signals: the window k)."""
+    if c.signal is not None:
+        return (c.interval, _without_k(c.signal.to_dict()))
     p = c.policy.to_dict() if c.policy is not None else {}
     if c.method == "threshold":
         return (p.get("detect_at"), p.get("every"))
@@ -60,6 +72,8 @@ def _shape(c: Candidate) -> tuple:
 def _fallback_shape(method: str, grid: list[Candidate]) -> tuple:
     """The curve to show when calibration kept the full budget: the paper's defaults."""
     shapes = [_shape(c) for c in grid]
+    if grid and grid[0].signal is not None:
+        return shapes[0]
     wanted = {"threshold": [(4, None)], "pareto": [(4,)], "probe": [(1, 64)]}.get(method, [])
     for w in wanted:
         if w in shapes:
@@ -79,7 +93,7 @@ def bench_tokens(problems: Sequence[TraceProblem], program: ProgramKind, *, cal_
     check_not_reserved(cal, dataset)
     rep = Replayer(held, program, seed=seed, orders=orders, dataset=dataset)
     ladder = even_ladder(rep)
-    even = [rep.run(c.policy, k=c.k, interval=c.interval) for c in ladder]
+    even = [c.run(rep) for c in ladder]
     unit = "samples" if program == "sc" else "tokens"
     methods: dict[str, Any] = {}
     curve = [_point(c, s, even, reps, seed, f"{c.policy.to_dict()['cap']} {unit}")
@@ -92,14 +106,18 @@ def bench_tokens(problems: Sequence[TraceProblem], program: ProgramKind, *, cal_
                for b in budgets]
         methods["baseline-length"] = {**pts[-1], "curve": pts}
     for method in METHODS[program]:
-        calib = calibrate(cal, program, method=method, seed=seed, orders=orders, dataset=dataset)
-        choice = calib.choice
         name = _NAMES.get(method, method)
-        grid = candidates(rep, method)
+        try:
+            calib = calibrate(cal, program, method=method, seed=seed, orders=orders, dataset=dataset)
+        except ConfigError as exc:  # e.g. the confident signal on traces without probe logprobs
+            methods[name] = {"skipped": exc.message}
+            continue
+        choice = calib.choice
+        grid = candidates(rep, method, typical=calib.extra.get("typical_tokens"))
         shape = _shape(choice) if choice.method != "even" else _fallback_shape(method, grid)
         same = [c for c in grid if _shape(c) == shape]
-        pts = [_point(c, rep.run(c.policy, k=c.k, interval=c.interval), even, reps, seed, _label(c)) for c in same]
-        held_choice = rep.run(choice.policy, k=choice.k, interval=choice.interval)
+        pts = [_point(c, c.run(rep), even, reps, seed, _label(c)) for c in same]
+        held_choice = choice.run(rep)
         methods[name] = {**_point(choice, held_choice, even, reps, seed, _label(choice)),
                          "calibration": calib.summary(), "tokens_by_kind": held_choice.summary(), "curve": pts}
     if program == "cot":
@@ -120,7 +138,17 @@ def bench_tokens(problems: Sequence[TraceProblem], program: ProgramKind, *, cal_
             "heldout_idx": [p.idx for p in held], "methods": methods, "targets": _targets(program, methods)}
 
 
+def _signal_label(spec: dict[str, Any]) -> str:
+    if spec["kind"] == "all":
+        return " & ".join(_signal_label(p) for p in spec["parts"])
+    args = ",".join(f"{v:.3g}" if isinstance(v, float) else str(v) for v in
+                    (v for k, v in spec.items() if k != "kind"))
+    return f"{spec['kind']}({args})"
+
+
 def _label(c: Candidate) -> str:
+    if c.signal is not None:
+        return f"{_signal_label(c.signal.to_dict())} T={c.interval}"
     p = c.policy.to_dict() if c.policy is not None else {}
     if c.method == "threshold":
         return f"tau={p['tau']:.3g} d={p['detect_at']} every={p['every']}"

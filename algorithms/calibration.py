@@ -11,7 +11,9 @@ token ratio vs baseline-even, bootstrap 95% CI over problems) and returns the po
 
 Methods: SC ``threshold`` (tau x detection step x check period, the paper's rule),
 ``pareto`` (:meth:`~certa.algorithms.policies.Pareto.fit` curves), ``esc``,
-``adaptive-consistency``; CoT ``probe`` (window k x probe interval T x first check).
+``adaptive-consistency``; CoT ``probe`` (Dynasor's rule: window k x probe interval T x first
+check) and the certaindex variants of :mod:`~certa.algorithms.cot_grid` (``grounded``,
+``confident``, ``progress``, ``settled``, ``certa``).
 
 Example:
     >>> from certa.runtime.sim.synth import synth_traces
@@ -35,6 +37,8 @@ from certa.runtime.errors import ConfigError, DatasetError
 from certa.runtime.policy import Even, Policy, Threshold
 from certa.runtime.sim.traces import TraceProblem
 
+from .cot_grid import COT_SIGNAL_METHODS, has_logprobs, signal_grid, typical_length
+from .cot_signals import CoTSignal
 from .datasets import RESERVED_FROM
 from .evalstats import compare
 from .policies import ESC, AdaptiveConsistency, Pareto
@@ -44,7 +48,8 @@ from .replay_eval import ProgramKind, Replayer, Scores, check_traces
 __all__ = ["Candidate", "Calibration", "METHODS", "calibrate", "calibrate_split", "candidates", "check_not_reserved",
            "even_ladder", "split_problems"]
 
-METHODS: dict[str, tuple[str, ...]] = {"sc": ("threshold", "pareto", "esc", "adaptive-consistency"), "cot": ("probe",)}
+METHODS: dict[str, tuple[str, ...]] = {"sc": ("threshold", "pareto", "esc", "adaptive-consistency"),
+                                        "cot": ("probe", *COT_SIGNAL_METHODS)}
 """Calibratable methods per program."""
 
 
@@ -56,12 +61,19 @@ class Candidate:
     policy: Policy | None
     k: int | None = None
     interval: int | None = None
+    signal: CoTSignal | None = None  # CoT certaindex (None: Dynasor's rule over k probes)
 
     def params(self) -> dict[str, Any]:
         out: dict[str, Any] = {"method": self.method, "policy": None if self.policy is None else self.policy.to_dict()}
         if self.k is not None:
             out |= {"k": self.k, "interval": self.interval}
+        if self.signal is not None:
+            out["signal"] = self.signal.to_dict()
         return out
+
+    def run(self, replayer: Replayer) -> Scores:
+        """Replay this candidate on ``replayer``'s problems."""
+        return replayer.run(self.policy, k=self.k, interval=self.interval, signal=self.signal)
 
 
 @dataclass
@@ -136,11 +148,19 @@ def _tau_grid(values: list[float], limit: int = 14) -> list[float]:
     return vals[::-1]  # most conservative first
 
 
-def candidates(replayer: Replayer, method: str) -> list[Candidate]:
-    """The grid of ``method`` for the problems ``replayer`` holds (most conservative first)."""
+def candidates(replayer: Replayer, method: str, *, typical: float | None = None) -> list[Candidate]:
+    """The grid of ``method`` for the problems ``replayer`` holds (most conservative first).
+
+    CoT signal methods learn the typical chain length from ``replayer``'s problems unless
+    ``typical`` is given (a held-out report passes the calibration split's)."""
     if method not in METHODS[replayer.program]:
         raise ConfigError(f"unknown {replayer.program} method {method!r}",
                           hint=f"one of {', '.join(METHODS[replayer.program])}")
+    if method in COT_SIGNAL_METHODS:
+        typ = typical_length(replayer.problems) if typical is None else typical
+        grid = signal_grid(method, interval=replayer.interval, typical=typ, logprobs=has_logprobs(replayer.problems))
+        return [Candidate(method, Threshold(1.0, detect_at=1, every=1), k=k, interval=t, signal=sig)
+                for sig, k, t in grid]
     n = replayer.n_samples
     detect = [d for d in (2, 3, 4, 5, 6, 8, 10, 12) if d < n] or [1]
     if method == "esc":
@@ -197,18 +217,19 @@ def calibrate(cal_problems: Sequence[TraceProblem], program: ProgramKind, *, met
     method = method or METHODS[program][0]
     rep = Replayer(cal_problems, program, seed=seed, orders=orders, dataset=dataset)
     full = even_ladder(rep)[-1]
-    baseline = rep.run(full.policy, k=full.k, interval=full.interval)
+    baseline = full.run(rep)
     grid = candidates(rep, method)
     best: tuple[Candidate, Scores] = (full, baseline)  # always feasible: the full budget itself
     feasible = 0
     for cand in grid:
-        scores = rep.run(cand.policy, k=cand.k, interval=cand.interval)
+        scores = cand.run(rep)
         if scores.correct.sum() < baseline.correct.sum() - 1e-9:
             continue
         feasible += 1
         if scores.mean_tokens < best[1].mean_tokens - 1e-9:
             best = (cand, scores)
-    return Calibration(program, best[0], best[1], baseline, tried=len(grid), feasible=feasible)
+    extra = {"typical_tokens": typical_length(cal_problems)} if method in COT_SIGNAL_METHODS else {}
+    return Calibration(program, best[0], best[1], baseline, tried=len(grid), feasible=feasible, extra=extra)
 
 
 def calibrate_split(problems: Sequence[TraceProblem], program: ProgramKind, *, cal_fraction: float = 0.5,
@@ -230,6 +251,8 @@ def calibrate_split(problems: Sequence[TraceProblem], program: ProgramKind, *, c
     spec: dict[str, Any] = {"name": program}
     if choice.k is not None and choice.method != "even":
         spec |= {"k": choice.k, "interval": choice.interval}
+    if choice.signal is not None:
+        spec["signal"] = choice.signal.to_dict()
     assert choice.policy is not None
     out = {"policy": choice.policy.to_dict(), "program": spec, "method": choice.method,
            "calibration": results[0].summary(), "heldout": reports[0],
@@ -246,8 +269,8 @@ def report_heldout(choice: Candidate, held: Sequence[TraceProblem], program: Pro
                    orders: int = 1, dataset: str | None = None, reps: int = 1000) -> dict[str, Any]:
     """``choice`` on the held-out problems vs baseline-even (full budget and matched accuracy), with CIs."""
     rep = Replayer(held, program, seed=seed, orders=orders, dataset=dataset)
-    even = [rep.run(c.policy, k=c.k, interval=c.interval) for c in even_ladder(rep)]
-    scores = rep.run(choice.policy, k=choice.k, interval=choice.interval)
+    even = [c.run(rep) for c in even_ladder(rep)]
+    scores = choice.run(rep)
     out = compare(scores, even, reps=reps, seed=seed)
     out["baseline_accuracy"] = round(even[-1].accuracy, 6)
     out["baseline_tokens"] = round(even[-1].mean_tokens, 3)

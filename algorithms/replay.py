@@ -5,9 +5,9 @@ r"""Replay programs: recorded traces as Programs whose decisions come from the r
   :func:`~certa.algorithms.signals.entropy_certainty` of the drawn answers (``math_equal``
   clusters, as in :func:`~certa.algorithms.self_consistency.sc_program`); the answer is the
   majority vote, correct iff the trace marks its first voter correct.
-* :class:`ReplayCoT` — Dynasor-CoT on one probed sample: grows ``interval`` tokens per step
-  and probes after each chunk (the answer recorded at that position); certaindex is
-  :func:`~certa.algorithms.signals.probe_consistency` over the last ``k`` probes. A chain
+* :class:`ReplayCoT` — CoT on one probed sample: grows ``interval`` tokens per step and
+  probes after each chunk (the answer recorded at that position); certaindex is a
+  :mod:`~certa.algorithms.cot_signals` signal (default Dynasor's rule over the last ``k`` probes). A chain
   that finishes answers with its recorded ``pred``/``correct``; one stopped early answers
   with its last probe, graded against ``gold``.
 
@@ -46,7 +46,8 @@ from certa.runtime.types import CertaindexPoint, GenRequest, GenResult, Knob, To
 
 from .clustering import majority
 from .prompts import probe_text
-from .signals import ProbeObs, entropy_certainty, probe_consistency
+from .cot_signals import ChainView, CoTSignal, ProbeAgreement
+from .signals import ProbeObs, entropy_certainty
 
 __all__ = ["DirectContext", "ReplayCoT", "ReplaySC", "ReplayState", "drive", "sample_order"]
 
@@ -138,8 +139,11 @@ class ReplaySC(Program):
 
 
 class ReplayCoT(Program):
-    """Dynasor-CoT replayed on ``problem.samples[sample]`` (knob: main decode tokens).
+    """CoT with probe-in-the-middle replayed on ``problem.samples[sample]`` (knob: main decode tokens).
 
+    ``signal`` is the CoT certaindex (default Dynasor's rule, ``ProbeAgreement(k)``; any
+    :mod:`~certa.algorithms.cot_signals` signal or AND of them). Probes are skipped while
+    they could not matter: before ``signal.min_tokens`` minus the signal's probe window.
     ``grade(answer) -> bool`` judges answers taken from probes (the trace grades only
     finished chains); ``probe_tokens`` is the probe decode budget.
     """
@@ -147,15 +151,18 @@ class ReplayCoT(Program):
     name = "replay-cot"
 
     def __init__(self, problem: TraceProblem, sample: int, *, k: int, interval: int, policy: Policy | None = None,
-                 grade: Callable[[str], bool], probe_tokens: int = 20) -> None:
+                 grade: Callable[[str], bool], probe_tokens: int = 20, signal: CoTSignal | None = None) -> None:
         super().__init__()
         self.problem, self.index, self.sample = problem, sample, problem.samples[sample]
         self.k, self.interval, self.probe_tokens = k, interval, probe_tokens
+        self.signal = signal if signal is not None else ProbeAgreement(k)
+        self.probe_from = max(0, self.signal.min_tokens - (self.signal.window - 1) * interval)
         self.knob = Knob("tokens", cap=None)  # the chain ends at its recorded length
         self.policy, self.grade = policy, grade
         self.state = ReplayState()
         self.seq: Any = None
         self._recorded = {p.at: p for p in self.sample.probes}
+        self._value = 0.0
 
     async def execute(self, ctx: Any) -> bool:
         if self.seq is None:  # cot_program's ``start`` step: open the sequence, decode nothing
@@ -163,21 +170,24 @@ class ReplayCoT(Program):
                                           max_tokens=max(1, self.sample.tokens), chat=True)
             return True
         await self.seq.extend(self.interval)
-        if not self.seq.finished:
+        self._value = 0.0
+        if not self.seq.finished and self.seq.tokens >= self.probe_from:
             out = await self.seq.probe(_probe_suffix(), max_tokens=self.probe_tokens)
             rec = self._recorded[self.seq.tokens]
             text = (rec.model_extra or {}).get("text")
-            obs = ProbeObs(self.seq.tokens, rec.answer or "", text if isinstance(text, str) else out.text)
+            obs = ProbeObs(self.seq.tokens, rec.answer or "", text if isinstance(text, str) else out.text,
+                           tuple(rec.logprobs) if rec.logprobs is not None else None)
             self.state.probes.append(obs)
             self.state.answers.append(obs.answer)
+            self._value = self.signal(ChainView(self.state.probes, self.seq.text, self.seq.tokens))
         self.state.finished = self.seq.finished
         return not self.seq.finished
 
     def update_certaindex(self) -> float:
-        return probe_consistency(self.state.probes, self.k)
+        return self._value
 
     def exited_on_probe(self) -> bool:
-        return not self.state.finished and probe_consistency(self.state.probes, self.k) == 1.0
+        return not self.state.finished and self._value >= 1.0
 
     def answer(self) -> str | None:
         if self.state.finished:

@@ -30,6 +30,7 @@ from certa.runtime.errors import ConfigError, TraceFormatError
 from certa.runtime.policy import Policy
 from certa.runtime.sim.traces import TraceProblem
 
+from .cot_signals import CoTSignal
 from .equivalence import grade, math_equal
 from .replay import ReplayCoT, ReplaySC, drive, probed, sample_order
 
@@ -171,7 +172,7 @@ class Replayer:
         return judge
 
     def programs(self, problem: TraceProblem, policy: Policy | None, *, k: int | None = None,
-                 interval: int | None = None) -> list[ReplaySC | ReplayCoT]:
+                 interval: int | None = None, signal: CoTSignal | None = None) -> list[ReplaySC | ReplayCoT]:
         """Fresh replay programs for each unit of ``problem``."""
         if self.program == "sc":
             return [ReplaySC(problem, order, policy, memo=self._memo) for order in self._orders[str(problem.idx)]]
@@ -183,17 +184,19 @@ class Replayer:
                               f"(problem {problem.idx})", hint="probes exist only every trace interval")
         judge = self.grader(problem)
         return [ReplayCoT(problem, j, k=k, interval=interval, policy=policy, grade=judge,
-                          probe_tokens=self.probe_tokens)
+                          probe_tokens=self.probe_tokens, signal=signal)
                 for j, s in enumerate(problem.samples) if probed(s, iv)]
 
     def run(self, policy: Policy | None, *, k: int | None = None, interval: int | None = None,
+            signal: CoTSignal | None = None,
             on_program: Callable[[TraceProblem, ReplaySC | ReplayCoT], None] | None = None) -> Scores:
-        """Replay ``policy`` on every problem; ``on_program`` sees each finished program."""
+        """Replay ``policy`` on every problem (CoT: with certaindex ``signal``, default Dynasor's
+        rule over ``k`` probes); ``on_program`` sees each finished program."""
         names = ("tokens", "correct", "main", "probe", "score", "prefill", "knob")
         cols: dict[str, list[float]] = {c: [] for c in names}
         exits: Counter = Counter()
         for problem in self.problems:
-            progs = self.programs(problem, policy, k=k, interval=interval)
+            progs = self.programs(problem, policy, k=k, interval=interval, signal=signal)
             rows = []
             for prog in progs:
                 exits[drive(prog, self.backend)] += 1

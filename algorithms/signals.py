@@ -41,11 +41,13 @@ _BELOW_ONE = math.nextafter(1.0, 0.0)
 
 @dataclass(frozen=True)
 class ProbeObs:
-    """One probe: the token position it was taken at, the extracted answer and the raw text."""
+    """One probe: the token position it was taken at, the extracted answer and the raw text
+    (and, where the engine gives them, the greedy probe tokens' ``logprobs``)."""
 
     at: int
     answer: str
     text: str = ""
+    logprobs: tuple[float, ...] | None = None
 
 
 def entropy_certainty(answers: Sequence[Any], same: Same = "exact") -> float:

@@ -82,6 +82,17 @@ def probe_cost(probe: Probe, cap: int = PROBE_MAX_TOKENS) -> int:
     return estimate_probe_tokens(probe.answer, cap)
 
 
+def text_at(sample: Sample, tokens: int) -> str:
+    """The sample's text after ``tokens`` main tokens: cut at the probe's recorded ``chars``
+    there, else (older traces) at the same fraction of the text as of the tokens."""
+    if tokens >= sample.tokens:
+        return sample.text
+    for p in sample.probes:
+        if p.at == tokens and p.chars is not None:
+            return sample.text[:p.chars]
+    return sample.text[:len(sample.text) * max(0, tokens) // max(1, sample.tokens)]
+
+
 def probe_prefill(probe: Probe) -> int:
     """Prefill tokens of a recorded probe: its ``prompt_tokens`` if recorded, else the default probe's."""
     recorded = (probe.model_extra or {}).get("prompt_tokens")
@@ -107,6 +118,7 @@ class ReplaySequence(Sequence):
             return GenResult("", 0, finish_reason=self.finish_reason or "stop", rid=self.rid)  # type: ignore[arg-type]
         n = max(0, min(max_new_tokens, self.req.max_tokens - self.tokens, self.sample.tokens - self.tokens))
         self.tokens += n
+        self.text = text_at(self.sample, self.tokens)
         if self.tokens >= self.sample.tokens:  # the recorded end: natural stop, or truncation if unfinished
             self.finished, self.text = True, self.sample.text
             self.finish_reason = "stop" if self.sample.finished else "length"

@@ -3,8 +3,9 @@
 Format (DESIGN.md): ``{"idx", "gold", "model", "interval", "samples": [{"tokens",
 "finished", "pred", "correct", "text", "probes": [{"at", "answer"}], "reward"?}]}``.
 ``tokens`` counts a sample's generated tokens, ``pred`` is its extracted answer, ``probes``
-are probe-in-the-middle answers at token positions ``at`` (only some samples have them) and
-``interval`` is the probe spacing in tokens. Malformed files raise
+are probe-in-the-middle answers at token positions ``at`` (only some samples have them;
+optional per probe: ``chars``, the length of the sample's text when probed, and ``logprobs``
+of the greedy probe tokens) and ``interval`` is the probe spacing in tokens. Malformed files raise
 :class:`~certa.runtime.errors.TraceFormatError` naming the file, line and field.
 
 Example:
@@ -18,8 +19,12 @@ Example:
 
 from __future__ import annotations
 
+import gzip
 import json
+import math
+import zlib
 from collections.abc import Iterable
+from typing import IO
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -33,6 +38,15 @@ class Probe(BaseModel):
     model_config = ConfigDict(extra="allow", frozen=True)
     at: int = Field(ge=0)
     answer: str | None = None
+    chars: int | None = Field(default=None, ge=0)  # length of the chain's text when probed
+    logprobs: list[float] | None = None  # log-probabilities of the greedy probe tokens
+
+    @field_validator("logprobs")
+    @classmethod
+    def _finite(cls, v: list[float] | None) -> list[float] | None:
+        if v is not None and not all(math.isfinite(x) for x in v):
+            raise ValueError("probe logprobs must be finite numbers")
+        return v
 
 
 class Sample(BaseModel):
@@ -97,18 +111,33 @@ def parse_trace_line(line: str, *, where: str = "<string>") -> TraceProblem:
                                hint="see the trace format in docs/scheduling.md") from None
 
 
+def _open_text(p: Path) -> IO[str]:
+    """The file as UTF-8 text; gzip-compressed files (``.jsonl.gz``) are decompressed on the fly."""
+    with p.open("rb") as fh:
+        magic = fh.read(2)
+    if magic == b"\x1f\x8b":
+        return gzip.open(p, "rt", encoding="utf-8")
+    return p.open(encoding="utf-8")
+
+
 def load_traces(path: str | Path, *, limit: int | None = None) -> list[TraceProblem]:
-    """Read and validate a trace file (blank lines skipped). Raises TraceFormatError."""
+    """Read and validate a trace file, plain or gzip-compressed (blank lines skipped).
+    Raises TraceFormatError."""
     p = Path(path)
     if not p.is_file():
         raise TraceFormatError(f"trace file {str(p)!r} does not exist")
     out: list[TraceProblem] = []
-    with p.open(encoding="utf-8") as fh:
-        for no, line in enumerate(fh, 1):
-            if line.strip():
-                out.append(parse_trace_line(line, where=f"{p.name}:{no}"))
-                if limit is not None and len(out) >= limit:
-                    break
+    no = 0
+    try:
+        with _open_text(p) as fh:
+            for no, line in enumerate(fh, 1):
+                if line.strip():
+                    out.append(parse_trace_line(line, where=f"{p.name}:{no}"))
+                    if limit is not None and len(out) >= limit:
+                        break
+    except (UnicodeDecodeError, OSError, EOFError, zlib.error) as exc:
+        raise TraceFormatError(f"{p.name}:{no + 1}: not a UTF-8 JSONL trace file ({type(exc).__name__}: {exc})",
+                               hint="a trace file is JSON lines, optionally gzip-compressed") from None
     if not out:
         raise TraceFormatError(f"trace file {str(p)!r} holds no problems")
     return out

@@ -1,0 +1,160 @@
+"""CoT certaindex variants (issue 10): each signal's rule, AND composition, serialization,
+replay with them (text at a probe, probe skipping, logprobs), and the side-by-side benchmark."""
+
+from __future__ import annotations
+
+import doctest
+import json
+
+import pytest
+
+from certa.algorithms import cot_grid, cot_signals
+from certa.algorithms.bench_tokens import bench_tokens
+from certa.algorithms.calibration import calibrate_split
+from certa.algorithms.cot_signals import (AllOf, ChainView, Confident, Grounded, ProbeAgreement, Progress, Settled,
+                                          answer_probability, signal_from_dict)
+from certa.algorithms.replay import ReplayCoT, drive
+from certa.algorithms.signals import ProbeObs
+from certa.runtime.backends.replay import text_at
+from certa.runtime.errors import ConfigError, TraceFormatError
+from certa.runtime.sim.synth import synth_traces
+from certa.runtime.sim.traces import parse_trace_line
+
+
+def view(answers, text="", tokens=0, logprobs=None):
+    probes = [ProbeObs(32 * (i + 1), a, f"{a}}}", logprobs) for i, a in enumerate(answers)]
+    return ChainView(probes, text, tokens)
+
+
+def test_doctests():
+    for mod in (cot_signals, cot_grid):
+        assert doctest.testmod(mod, optionflags=doctest.ELLIPSIS).failed == 0
+
+
+@pytest.mark.parametrize("text, answer, computed, stated", [
+    ("16 - 3 - 4 = 9 eggs, and 9 * 2 = 18 dollars", "18", 1.0, 1.0),
+    ("9 \\times 2 = \\$18.", "18", 1.0, 1.0),
+    ("The total is 1,250 + 50 = 1,300.", "1300", 1.0, 1.0),
+    ("Eggs per day = 16", "16", 0.0, 1.0),  # a restated given: not computed
+    ("So the answer is 42.", "42", 0.0, 1.0),
+    ("3 + 4 = 7 and 7 * 2 = 14", "1", 0.0, 0.0),  # a default guess "1" is not a prefix match of 14
+    ("x = \\frac{1}{2}", "\\frac{1}{2}", 0.0, 1.0),  # no operator left of the =
+    ("\\frac{3}{6} = \\frac{1}{2}", "\\frac{1}{2}", 1.0, 1.0),  # \frac counts as an operator
+    ("3 * 4 = 12.5 apples", "12", 0.0, 0.0),
+])
+def test_grounded_needs_the_answer_produced_by_the_text(text, answer, computed, stated):
+    v = view([answer], text)
+    assert (Grounded("computed")(v), Grounded("stated")(v)) == (computed, stated)
+
+
+def test_grounded_needs_a_probe_with_an_answer():
+    assert Grounded()(view([], "2 + 2 = 4")) == 0.0
+    assert Grounded()(view([""], "2 + 2 = 4")) == 0.0
+
+
+def test_confident_reads_the_answer_probability():
+    v = view(["18"], logprobs=(-0.1, -0.2, 0.0))  # p = exp(-0.3) = 0.74
+    assert answer_probability(v.probes[-1]) == pytest.approx(0.7408, abs=1e-3)
+    assert (Confident(0.7)(v), Confident(0.8)(v)) == (1.0, 0.0)
+    assert Confident(0.1)(view(["18"])) == 0.0  # no logprobs recorded: no evidence
+
+
+def test_progress_and_settled():
+    assert Progress(0.5, 300).min_tokens == 150
+    assert (Progress(0.5, 300)(view(["1"], tokens=149)), Progress(0.5, 300)(view(["1"], tokens=150))) == (0.0, 1.0)
+    assert Settled()(view(["1"], "so 2 + 2 = 4.")) == 1.0
+    assert Settled()(view(["1"], "so 2 + 2 = 4. Wait, let me re-evaluate")) == 0.0
+    assert Settled(chars=10)(view(["1"], "Hmm. " + "x" * 50)) == 1.0  # only the recent text counts
+    assert Settled()(view(["1"], "the mistakes were counted")) == 1.0  # whole words only
+
+
+def test_all_of_is_the_minimum_and_round_trips():
+    rule = AllOf(Progress(0.5, 200), ProbeAgreement(2), Grounded("stated"), Settled(), Confident(0.5))
+    assert rule.window == 2 and rule.min_tokens == 100 and rule.needs == {"logprobs"}
+    good = view(["18", "18"], "answer is 18", 128, logprobs=(-0.01,))
+    assert rule(good) == 1.0
+    assert rule(view(["18", "18"], "answer is 18", 64, logprobs=(-0.01,))) == 0.0  # too early
+    assert rule(view(["17", "18"], "answer is 18", 128, logprobs=(-0.01,))) == 0.0  # probes disagree
+    spec = json.loads(json.dumps(rule.to_dict()))
+    assert signal_from_dict(spec) == rule
+
+
+@pytest.mark.parametrize("spec", [{"kind": "nope"}, {"kind": "agree", "k": 0}, {"kind": "grounded", "mode": "x"},
+                                  {"kind": "agree", "window": 3}, "agree", {"kind": "all", "parts": []}])
+def test_bad_signal_specs_are_config_errors(spec):
+    with pytest.raises(ConfigError):
+        signal_from_dict(spec)
+
+
+LINE = {"idx": 0, "gold": "18", "interval": 32, "dataset": "gsm8k", "samples": [{
+    "tokens": 100, "finished": True, "pred": "18", "correct": True,
+    "text": "Janet has 16 eggs. She uses 3 + 4 = 7. 16 - 7 = 9 left, 9 * 2 = 18 dollars. \\boxed{18}",
+    "probes": [{"at": 32, "answer": "16", "chars": 20, "logprobs": [-0.05, -0.05], "text": "16}", "tokens": 2},
+               {"at": 64, "answer": "18", "chars": 67, "logprobs": [-0.9, -0.9], "text": "18}", "tokens": 2},
+               {"at": 96, "answer": "18", "chars": 80, "logprobs": [-0.1, -0.1], "text": "18}", "tokens": 2}]}]}
+
+
+def test_replay_text_at_uses_recorded_chars():
+    p = parse_trace_line(json.dumps(LINE))
+    s = p.samples[0]
+    assert text_at(s, 32) == s.text[:20] and text_at(s, 100) == s.text
+    assert text_at(s, 50) == s.text[:len(s.text) * 50 // 100]  # no probe there: the token fraction
+
+
+def run(signal, k=1):
+    p = parse_trace_line(json.dumps(LINE))
+    prog = ReplayCoT(p, 0, k=k, interval=32, grade=lambda a: a == "18", signal=signal)
+    from certa.runtime.policy import Threshold
+    prog.policy = Threshold(1.0, detect_at=1, every=1)
+    return drive(prog), prog
+
+
+def test_replayed_signals_decide_on_the_recorded_evidence():
+    reason, prog = run(ProbeAgreement(1))  # Dynasor with k=1 takes the default guess "16"
+    assert (reason, prog.answer(), prog.is_correct(), prog.tokens.main) == ("certaindex", "16", False, 32)
+    reason, prog = run(AllOf(ProbeAgreement(1), Grounded("computed")))  # "18" is computed by token 64
+    assert (reason, prog.answer(), prog.tokens.main) == ("certaindex", "18", 64)
+    reason, prog = run(AllOf(ProbeAgreement(1), Confident(0.5)))  # the default guess is confident too
+    assert (reason, prog.answer(), prog.tokens.main) == ("certaindex", "16", 32)
+    reason, prog = run(AllOf(ProbeAgreement(1), Grounded(), Confident(0.5)))  # p(18 at 64) = exp(-1.8) < 0.5
+    assert (reason, prog.answer(), prog.tokens.main, prog.tokens.probe) == ("certaindex", "18", 96, 6)
+
+
+def test_progress_skips_probes_that_cannot_matter():
+    reason, prog = run(AllOf(Progress(1.0, 90), ProbeAgreement(2)), k=2)
+    assert [q.at for q in prog.state.probes] == [64, 96]  # window 2 ending at >= 90: 64 and 96 only
+    assert (reason, prog.tokens.probe, prog.answer()) == ("certaindex", 4, "18")
+
+
+def test_bench_lists_dynasor_and_every_variant_side_by_side():
+    probs = synth_traces(16, seed=3, samples=4, probed=2, interval=32, mean_tokens=300, max_tokens=512)
+    out = bench_tokens(probs, "cot", reps=50)
+    names = set(out["methods"])
+    assert {"probe-calibrated", "dynasor-mild", "dynasor-crazy", "grounded", "progress", "settled",
+            "certa-cot"} <= names
+    assert "logprobs" in out["methods"]["confident"]["skipped"]  # synth traces carry no probe logprobs
+    for name in ("grounded", "certa-cot"):
+        m = out["methods"][name]
+        assert {"tokens", "accuracy_delta", "token_ratio", "tokens_by_kind"} <= set(m)
+        assert "probe_prefill" in m["tokens_by_kind"] and "ci95" in json.dumps(m)
+
+
+def test_calibrated_signal_is_in_the_policy_file_and_learned_on_calibration_only():
+    probs = synth_traces(12, seed=1, samples=4, probed=2, interval=32, mean_tokens=300, max_tokens=512)
+    out = calibrate_split(probs, "cot", method="progress", reps=50)
+    cal = {p.idx for p in probs if p.idx in out["split"]["calibration_idx"]}
+    typical = cot_grid.typical_length([p for p in probs if p.idx in cal])
+    assert out["calibration"]["typical_tokens"] == typical
+    if out["method"] != "even":
+        assert signal_from_dict(out["program"]["signal"]).to_dict()["kind"] == "all"
+
+
+def test_malformed_probe_fields_are_trace_format_errors():
+    bad = json.loads(json.dumps(LINE))
+    bad["samples"][0]["probes"][0]["chars"] = -1
+    with pytest.raises(TraceFormatError, match="chars"):
+        parse_trace_line(json.dumps(bad))
+    bad["samples"][0]["probes"][0]["chars"] = 3
+    bad["samples"][0]["probes"][0]["logprobs"] = ["x"]
+    with pytest.raises(TraceFormatError, match="logprobs"):
+        parse_trace_line(json.dumps(bad))

@@ -32,7 +32,6 @@ Example:
 from __future__ import annotations
 
 import asyncio
-import inspect
 import json
 import os
 import time
@@ -42,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from certa.runtime.durable import append_synced, fsync_dir
-from certa.runtime.backends.base import Backend
+from certa.runtime.backends.base import Backend, probe_kwargs
 from certa.runtime.errors import ConfigError, DatasetError, TraceFormatError
 from certa.runtime.sim.traces import parse_trace_line
 from certa.runtime.types import GenRequest, GenResult
@@ -178,7 +177,7 @@ async def collect_problem(backend: Backend, problem: Problem, cfg: CollectConfig
                 await seq.extend(cfg.interval)
                 if seq.finished:
                     break
-                p = await seq.probe(probe, cfg.probe_tokens, **probe_options(seq))
+                p = await seq.probe(probe, cfg.probe_tokens, **probe_kwargs(seq, close_brace=True))
                 row = {"at": seq.tokens, "answer": extract_probe_answer(p.text), "text": p.text,
                        "tokens": p.tokens, "prompt_tokens": p.prompt_tokens, "chars": len(seq.text)}
                 if p.token_logprobs is not None:
@@ -196,16 +195,6 @@ async def collect_problem(backend: Backend, problem: Problem, cfg: CollectConfig
     return {"idx": problem.idx, "gold": problem.gold, "model": model, "interval": cfg.interval,
             "dataset": problem.dataset, **settings, "wall_s": round(time.perf_counter() - t0, 2),
             "samples": list(samples)}
-
-
-def probe_options(seq: Any) -> dict[str, Any]:
-    """``close_brace=True`` where the sequence supports it (the llama.cpp engine): the probe stops
-    right after the answer's closing brace, the same answer as decoding the whole budget."""
-    try:
-        params = inspect.signature(seq.probe).parameters
-    except (TypeError, ValueError):
-        return {}
-    return {"close_brace": True} if "close_brace" in params else {}
 
 
 def _model_name(backend: Backend) -> str:

@@ -35,7 +35,8 @@ from certa.runtime.types import Knob
 
 from .answers import extract_answer, extract_probe_answer
 from .prompts import final_answer, probe_text, prompt
-from .signals import ProbeObs, probe_consistency
+from .cot_signals import ChainView, CoTSignal, ProbeAgreement, signal_from_dict
+from .signals import ProbeObs
 
 __all__ = ["PRESETS", "CoTState", "cot_output", "cot_program"]
 
@@ -54,21 +55,28 @@ class CoTState(State):
     exact_probes: bool = False
     probes: Appended[list[ProbeObs]] = []
     answers: Appended[list[str]] = []
+    value: float = 0.0  # the certaindex signal after the latest step
 
 
 def cot_program(preset: str = "mid", *, max_tokens: int = 1024, family: str = "default", temperature: float = 0.0,
                 dataset: str = "math", k: int | None = None, interval: int | None = None, probe_tokens: int = 20,
-                policy: Policy | None = None, chat: bool = True, name: str = "cot") -> CompiledGraph:
-    """Build Dynasor-CoT as a compiled graph (inputs: ``question=``).
+                policy: Policy | None = None, chat: bool = True, name: str = "cot",
+                signal: CoTSignal | dict | None = None) -> CompiledGraph:
+    """Build CoT with probe-in-the-middle as a compiled graph (inputs: ``question=``).
 
     ``k``/``interval`` override the preset; ``family`` picks the probe template; ``policy``
-    defaults to stopping the first time certaindex reaches 1.0.
+    defaults to stopping the first time certaindex reaches 1.0. ``signal`` is the certaindex
+    (a :mod:`~certa.algorithms.cot_signals` signal or its ``to_dict``); default Dynasor's rule,
+    ``ProbeAgreement(k)``. Probes are skipped while they could not matter (before the signal's
+    ``min_tokens`` minus its probe window).
     """
     if preset not in PRESETS:
         raise ConfigError(f"unknown CoT preset {preset!r}", hint=f"one of {', '.join(PRESETS)}")
     k, interval = k or PRESETS[preset][0], interval or PRESETS[preset][1]
     if k < 1 or interval < 1 or max_tokens < 1:
         raise ConfigError(f"cot needs k, interval and max_tokens >= 1, got {k}, {interval}, {max_tokens}")
+    rule = signal_from_dict(signal) if isinstance(signal, dict) else signal or ProbeAgreement(k)
+    probe_from = max(0, rule.min_tokens - (rule.window - 1) * interval)
     probe = probe_text(family)
     g = Graph(CoTState, knob=Knob("tokens", cap=max_tokens), name=name)
 
@@ -83,24 +91,26 @@ def cot_program(preset: str = "mid", *, max_tokens: int = 1024, family: str = "d
     async def think(s: CoTState, ctx) -> dict:
         """Decode T more tokens, then probe the current answer (unless the chain finished)."""
         await s.seq.extend(interval)
-        update: dict[str, Any] = {"text": s.seq.text, "finished": s.seq.finished}
-        if not s.seq.finished:
-            out = await s.seq.probe(probe, max_tokens=probe_tokens)
-            obs = ProbeObs(s.seq.tokens, extract_probe_answer(out.text), out.text)
-            update |= {"probes": [obs], "answers": [obs.answer]}
+        update: dict[str, Any] = {"text": s.seq.text, "finished": s.seq.finished, "value": 0.0}
+        if not s.seq.finished and s.seq.tokens >= probe_from:
+            out = await s.seq.probe(probe, max_tokens=probe_tokens, close_brace=True)
+            logprobs = tuple(out.token_logprobs) if out.token_logprobs is not None else None
+            obs = ProbeObs(s.seq.tokens, extract_probe_answer(out.text), out.text, logprobs)
+            value = rule(ChainView([*s.probes, obs], s.seq.text, s.seq.tokens))
+            update |= {"probes": [obs], "answers": [obs.answer], "value": value}
         return update
 
     def more(s: CoTState) -> Literal["think", "__end__"]:
         return END if s.finished else "think"
 
     @g.certaindex
-    def probes_agree(s: CoTState) -> float:
-        """1.0 iff the last k probes are non-empty, equivalent and hesitation-free."""
-        return probe_consistency(s.probes, k)
+    def settled(s: CoTState) -> float:
+        """The CoT signal on the latest probe (default: the last k probes agree, no hesitation)."""
+        return s.value
 
     @g.answer
     def final(s: CoTState) -> str | None:
-        if not s.finished and probe_consistency(s.probes, k) == 1.0:
+        if not s.finished and s.value >= 1.0:
             return s.probes[-1].answer
         return extract_answer(s.text, dataset) or next((a for a in reversed(s.answers) if a), None)
 

@@ -131,12 +131,29 @@ def _check_run_options(**values: Any) -> None:
         raise ConfigError(f"{name}{err['msg'].removeprefix('Value error, ')}") from None
 
 
-def _load_policy(path: str):
-    from certa.runtime.policy import Policy
+def _program_options(path: str, target: str) -> dict[str, Any]:
+    """A calibrated policy file's ``program`` section as factory options for ``target`` ({} if none)."""
+    data = _read_policy_json(path)
+    spec = data.get("program") if isinstance(data, dict) and "policy" in data else None
+    if not isinstance(spec, dict):
+        return {}
+    name = spec.get("name")
+    if name is not None and name != target:
+        raise ConfigError(f"policy file {path} was calibrated for program {name!r}, not {target!r}",
+                          hint=f"run it with `certa run {name} --policy {path}`")
+    return {k: v for k, v in spec.items() if k != "name"}
+
+
+def _read_policy_json(path: str) -> Any:
     try:
-        data = json.loads(open(path, encoding="utf-8").read())
+        return json.loads(open(path, encoding="utf-8").read())
     except (OSError, ValueError, RecursionError) as exc:  # unreadable, not UTF-8, not JSON, nested too deep
         raise ConfigError(f"cannot read policy file {path}: {type(exc).__name__}: {exc}") from None
+
+
+def _load_policy(path: str):
+    from certa.runtime.policy import Policy
+    data = _read_policy_json(path)
     spec = data.get("policy", data) if isinstance(data, dict) else data
     try:
         _PolicyFile.model_validate(spec)
@@ -159,7 +176,7 @@ def _run(target, dataset, idx, limit, backend, model, url, policy, scheduler, co
     from certa.loading import load_target
     from certa.progress import BatchProgress
 
-    program = load_target(target)
+    program = load_target(target, _program_options(policy, target) if policy and ".py" not in target else None)
     if policy:
         pol = _load_policy(policy)
         if not hasattr(program, "with_policy"):

@@ -68,7 +68,8 @@ def calibrate(
     seed: int = typer.Option(0, help="seed of the split, the SC draw orders and the bootstrap"),
     out_path: str = typer.Option(..., "--out", help="policy file to write (loads with certa run --policy)"),
     method: Optional[str] = typer.Option(None, help="sc: threshold (default), pareto, esc, adaptive-consistency; "
-                                                    "cot: probe"),
+                                                    "cot: certa (default), probe (Dynasor's rule), grounded, "
+                                                    "confident, progress, settled"),
     orders: int = typer.Option(1, help="SC: seeded draw orders replayed per problem"),
     dataset: Optional[str] = typer.Option(None, help="grading rules and reserved-split guard (default: the "
                                                      "traces' dataset field, else math)"),

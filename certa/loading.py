@@ -12,14 +12,17 @@ from certa.runtime.errors import ConfigError
 from certa.runtime.program import Program
 
 
-def load_target(target: str) -> Any:
+def load_target(target: str, options: dict[str, Any] | None = None) -> Any:
     """Return a runnable (compiled graph, Program class or factory result) for ``target``.
 
     ``target`` is a built-in program name from :mod:`certa.algorithms.library` (``sc``,
     ``cot``, ...) or ``path/to/file.py:attribute`` (``:attribute`` defaults to ``program``).
-
+    ``options`` are factory keywords for a built-in program (a calibrated policy file's
+    ``program`` section: e.g. CoT's ``k``, ``interval`` and ``signal``).
     """
     path, _, attr = target.partition(":")
+    if options and path.endswith(".py"):
+        raise ConfigError(f"program options {sorted(options)} apply to built-in programs, not {target}")
     if path.endswith(".py"):
         file = pathlib.Path(path)
         if not file.exists():
@@ -41,6 +44,6 @@ def load_target(target: str) -> Any:
         library = None
     names = sorted(getattr(library, "PROGRAMS", {})) if library else []
     if library is not None and target in names:
-        return library.build(target)
+        return library.build(target, **(options or {}))
     raise ConfigError(f"unknown program {target!r}",
                       hint=f"use a built-in name ({', '.join(names) or '...'}) or FILE.py:attribute")

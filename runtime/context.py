@@ -11,6 +11,7 @@ import asyncio
 import itertools
 from typing import TYPE_CHECKING, Any
 
+from .backends.base import probe_kwargs
 from .errors import BackendError, CertaError, LimitExceededError
 from .types import GenRequest, GenResult, ScoreRequest, ScoreResult, TokenKind
 
@@ -138,10 +139,13 @@ class ManagedSequence:
     async def extend(self, max_new_tokens: int) -> GenResult:
         return await self.ctx.run.guard(self.seq.rid, self.seq.extend(max_new_tokens), "main", self.ctx)
 
-    async def probe(self, suffix: str, max_tokens: int = 20) -> GenResult:
+    async def probe(self, suffix: str, max_tokens: int = 20, *, close_brace: bool = False) -> GenResult:
+        """Probe (counted as kind ``probe``). ``close_brace``: stop after the brace that closes
+        one the suffix opened, where the backend supports it (same answer, fewer tokens)."""
         self.ctx._check_limits(self.seq.req.prompt + self.seq.text + suffix, max_tokens)
         rid = f"{self.seq.rid}.probe{next(self._probes)}"
-        return await self.ctx.run.guard(rid, self.seq.probe(suffix, max_tokens, rid=rid), "probe", self.ctx)
+        extra = probe_kwargs(self.seq, close_brace=True) if close_brace else {}
+        return await self.ctx.run.guard(rid, self.seq.probe(suffix, max_tokens, rid=rid, **extra), "probe", self.ctx)
 
     async def close(self) -> None:
         if self in self.ctx.run.sequences:

@@ -158,3 +158,28 @@ def test_malformed_probe_fields_are_trace_format_errors():
     bad["samples"][0]["probes"][0]["logprobs"] = ["x"]
     with pytest.raises(TraceFormatError, match="logprobs"):
         parse_trace_line(json.dumps(bad))
+
+
+def test_calibrated_cot_policy_file_rebuilds_the_program_in_certa_run(tmp_path):
+    from typer.testing import CliRunner
+
+    from certa.cli import app
+    from certa.runtime.sim.synth import write_synth
+    traces = write_synth(tmp_path / "t.jsonl", 12, seed=1, samples=4, probed=2, interval=32, mean_tokens=300,
+                         max_tokens=512)
+    runner = CliRunner()
+    pol = tmp_path / "policy.json"
+    res = runner.invoke(app, ["calibrate", "--program", "cot", "--traces", str(traces), "--method", "grounded",
+                              "--out", str(pol), "--reps", "50"])
+    assert res.exit_code == 0, res.output
+    data = json.loads(pol.read_text())
+    data["program"] = {"name": "cot", "k": 1, "interval": 32,
+                       "signal": AllOf(ProbeAgreement(1), Grounded("stated")).to_dict()}
+    pol.write_text(json.dumps(data))
+    out = tmp_path / "run.json"
+    res = runner.invoke(app, ["run", "cot", "--backend", "scripted", "--dataset", "gsm8k", "--limit", "1",
+                              "--policy", str(pol), "--json", str(out)])
+    assert res.exit_code == 0, res.output
+    res = runner.invoke(app, ["run", "sc", "--backend", "scripted", "--dataset", "gsm8k", "--limit", "1",
+                              "--policy", str(pol)])
+    assert res.exit_code == 2 and "calibrated for program 'cot'" in res.output

@@ -18,6 +18,8 @@ Example:
 from __future__ import annotations
 
 import abc
+import inspect
+from typing import Any
 
 from ..types import Capabilities, GenRequest, GenResult, ScoreRequest, ScoreResult
 
@@ -139,3 +141,15 @@ class ChunkedSequence(Sequence):
         if rid:
             sub.rid = rid
         return await self.backend.generate(sub)
+
+
+def probe_kwargs(seq: Any, **wanted: Any) -> dict[str, Any]:
+    """The protocol extensions in ``wanted`` (e.g. ``close_brace=True``) that ``seq.probe``
+    accepts; the others are dropped (a probe without them gives the same answer, at more tokens)."""
+    try:
+        params = inspect.signature(seq.probe).parameters
+    except (TypeError, ValueError):
+        return {}
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return dict(wanted)
+    return {k: v for k, v in wanted.items() if k in params}

@@ -46,6 +46,7 @@ class GenRequest:
     logprobs: int = 0
     chat: bool = False  # True: ``prompt`` is a user message to wrap in the model's chat template
     system: str | None = None  # system message when ``chat`` is True
+    assistant_prefix: str = ""  # chat: text the assistant turn already holds; the model continues it
 
 
 @dataclass(slots=True)

@@ -62,7 +62,7 @@ async def test_empty_probe_answers_do_not_count():
 
 async def test_chunked_fallback_probes_as_separate_requests():
     def respond(req):
-        return "18} \\]" if req.prompt.endswith(probe_text()) else "think " * 500
+        return "18} \\]" if req.assistant_prefix.endswith(probe_text()) else "think " * 500
     b = ct.ScriptedBackend(responses=respond)  # no native sequences: ChunkedSequence
     r = await run(b, preset="high", max_tokens=512)
     assert r.ok, r.error
@@ -71,6 +71,10 @@ async def test_chunked_fallback_probes_as_separate_requests():
     probes = [q for q in b.requests if q.kind == "probe"]
     assert len(probes) == 2 and all(q.temperature == 0.0 and q.max_tokens == 20 for q in probes)
     assert r.tokens.probe == 4
+    # chat: every chunk and probe keeps the user turn and continues the assistant turn
+    assert len({q.prompt for q in b.requests}) == 1 and all(q.chat for q in b.requests)
+    chunks = [q for q in b.requests if q.kind == "main"]
+    assert chunks[0].assistant_prefix == "" and chunks[1].assistant_prefix.startswith("think ")
 
 
 async def test_natural_finish_before_any_window():

@@ -229,6 +229,10 @@ async def test_chat_template_from_gguf_and_safe_contents(llama):
     out = await llama.generate(GenRequest(prompt="What is 2+2? Reply with a number.", chat=True, max_tokens=8,
                                           rid=rid()))
     assert "4" in out.text
+    head = m.encode_prompt("hi", chat=True)
+    cont = m.encode_prompt("hi", chat=True, assistant_prefix="Sure <|im_end|>")
+    assert cont[:len(head)] == head and cont[len(head):] == m.tokenize("Sure <|im_end|>")  # plain text, no turn end
+    assert end[0] not in cont[len(head):]
 
 
 async def test_logprobs_and_score(llama):

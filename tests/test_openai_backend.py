@@ -153,6 +153,11 @@ async def test_request_body_fields_and_extra_body(workers):
     await b.generate(GenRequest(prompt="hi", max_tokens=2, rid="r2", chat=True, system="sys"))
     assert w.requests[-1].path == "/v1/chat/completions"
     assert w.bodies[-1]["messages"] == [{"role": "system", "content": "sys"}, {"role": "user", "content": "hi"}]
+    assert "continue_final_message" not in w.bodies[-1]
+    await b.generate(GenRequest(prompt="hi", max_tokens=2, rid="r3", chat=True, assistant_prefix="Step 1:"))
+    body = w.bodies[-1]
+    assert body["messages"][-1] == {"role": "assistant", "content": "Step 1:"}
+    assert body["continue_final_message"] is True and body["add_generation_prompt"] is False
     await b.close()
 
 

@@ -110,12 +110,17 @@ class ChunkedSequence(Sequence):
         self.backend = backend
         self._chunk = 0
 
-    def _sub(self, tag: str, **overrides) -> GenRequest:
+    def _sub(self, tag: str, suffix: str = "", **overrides) -> GenRequest:
+        """The request that continues the sequence (plus ``suffix``): a plain prompt grows by the
+        text so far; a chat request keeps its user turn and continues the assistant turn."""
         r = self.req
-        fields = dict(prompt=r.prompt + self.text, max_tokens=r.max_tokens, temperature=r.temperature,
+        grown = {"assistant_prefix": r.assistant_prefix + self.text + suffix} if r.chat \
+            else {"prompt": r.prompt + self.text + suffix}
+        fields = dict(prompt=r.prompt, max_tokens=r.max_tokens, temperature=r.temperature,
                       top_p=r.top_p, top_k=r.top_k, seed=r.seed, stop=r.stop, rid=f"{r.rid}.{tag}",
                       program_id=r.program_id, step=r.step, branch=r.branch, priority=r.priority,
-                      prefix_hint=r.prefix_hint, kind=r.kind, logprobs=r.logprobs, chat=r.chat)
+                      prefix_hint=r.prefix_hint, kind=r.kind, logprobs=r.logprobs, chat=r.chat, system=r.system)
+        fields.update(grown)
         fields.update(overrides)
         return GenRequest(**fields)
 
@@ -136,8 +141,8 @@ class ChunkedSequence(Sequence):
         return out
 
     async def probe(self, suffix: str, max_tokens: int = 20, *, rid: str = "") -> GenResult:
-        sub = self._sub("probe", prompt=self.req.prompt + self.text + suffix, max_tokens=max_tokens,
-                        temperature=0.0, top_p=1.0, top_k=0, stop=(), kind="probe")
+        sub = self._sub("probe", suffix, max_tokens=max_tokens, temperature=0.0, top_p=1.0, top_k=0, stop=(),
+                        kind="probe")
         if rid:
             sub.rid = rid
         return await self.backend.generate(sub)

@@ -76,11 +76,12 @@ class LlamaCppBackend(Backend):
         self.engine.scheduler = scheduler
 
     # ---- helpers --------------------------------------------------------------------
-    def encode(self, prompt: str, *, chat: bool = False, system: str | None = None, where: GenRequest | None = None) -> list[int]:
+    def encode(self, prompt: str, *, chat: bool = False, system: str | None = None, where: GenRequest | None = None,
+               assistant_prefix: str = "") -> list[int]:
         """Prompt tokens (chat-templated when ``chat``), checked against the context size."""
         if self.engine.closed:
             raise BackendError("the llama.cpp backend is closed", program=(where.program_id or None) if where else None)
-        tokens = self.model.encode_prompt(prompt, chat=chat, system=system)
+        tokens = self.model.encode_prompt(prompt, chat=chat, system=system, assistant_prefix=assistant_prefix)
         if not tokens:
             tokens = self.model.tokenize(" ")
         if len(tokens) >= self.engine.n_ctx:
@@ -109,7 +110,8 @@ class LlamaCppBackend(Backend):
 
     # ---- protocol -------------------------------------------------------------------
     async def generate(self, req: GenRequest) -> GenResult:
-        tokens = self.encode(req.prompt, chat=req.chat, system=req.system, where=req)
+        tokens = self.encode(req.prompt, chat=req.chat, system=req.system, where=req,
+                             assistant_prefix=req.assistant_prefix)
         job = self._job(req, "gen", tokens)
         if req.max_tokens <= 0:
             return GenResult("", 0, prompt_tokens=len(tokens), finish_reason="length", rid=req.rid)
@@ -139,7 +141,8 @@ class LlamaCppBackend(Backend):
 
     async def open_sequence(self, req: GenRequest) -> LlamaCppSequence:
         """A native sequence: KV stays live between ``extend`` calls; probes roll back exactly."""
-        job = self._job(req, "seq", self.encode(req.prompt, chat=req.chat, system=req.system, where=req))
+        job = self._job(req, "seq", self.encode(req.prompt, chat=req.chat, system=req.system, where=req,
+                             assistant_prefix=req.assistant_prefix))
         self.engine.submit(job)  # the prompt prefills while the caller gets ready
         return LlamaCppSequence(self, req, job)
 

@@ -124,13 +124,16 @@ class LlamaModel:
         return (lc.llama_vocab_get_text(self.vocab, token) or b"").decode("utf-8", errors="replace")
 
     # ---- prompts --------------------------------------------------------------------
-    def encode_prompt(self, prompt: str, *, chat: bool = False, system: str | None = None) -> list[int]:
-        """Prompt tokens: raw text (with BOS if the model wants one), or a chat-templated turn."""
+    def encode_prompt(self, prompt: str, *, chat: bool = False, system: str | None = None,
+                      assistant_prefix: str = "") -> list[int]:
+        """Prompt tokens: raw text (with BOS if the model wants one), or a chat-templated turn
+        (continuing ``assistant_prefix``, plain text, when given)."""
         if not chat:
             return self.tokenize(prompt, add_special=True)
         messages = ([{"role": "system", "content": system}] if system is not None else [])
         messages.append({"role": "user", "content": prompt})
-        return self.encode_chat(messages)
+        head = self.encode_chat(messages)
+        return head + self.tokenize(assistant_prefix) if assistant_prefix else head
 
     def _environment(self) -> SandboxedEnvironment:
         if self._jinja is None:

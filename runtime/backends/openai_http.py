@@ -157,6 +157,9 @@ class OpenAIBackend(Backend):
         if req.chat:
             messages = ([{"role": "system", "content": req.system}] if req.system else [])
             body["messages"] = messages + [{"role": "user", "content": req.prompt}]
+            if req.assistant_prefix:  # continue the assistant turn (vLLM/SGLang chat-template options)
+                body["messages"].append({"role": "assistant", "content": req.assistant_prefix})
+                body.update(continue_final_message=True, add_generation_prompt=False)
             if n_top:
                 body.update(logprobs=True, top_logprobs=min(n_top, 20))
             url, parse = base + "/chat/completions", self._parse_chat

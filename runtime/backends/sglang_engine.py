@@ -116,6 +116,10 @@ class SGLangEngineBackend(Backend):
             raise BackendError("engine has no tokenizer chat template for a chat request", **where(req))
         messages = ([{"role": "system", "content": req.system}] if req.system else [])
         messages.append({"role": "user", "content": req.prompt})
+        if req.assistant_prefix:  # continue the assistant turn
+            messages.append({"role": "assistant", "content": req.assistant_prefix})
+            return tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=False,
+                                           continue_final_message=True)
         return tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
 
     def _decode(self, token_id: int) -> str:

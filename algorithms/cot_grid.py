@@ -8,8 +8,8 @@ probes (so the variants add evidence to the published rule rather than replace i
 - ``progress``  — agreement only from a fraction of the typical chain length (probes before
   that are not taken at all);
 - ``settled``   — agreement AND no hesitation in the chain's recent text;
-- ``certa``     — progress AND agreement AND grounded AND settled (AND confident when the
-  traces carry logprobs): the default CoT certaindex.
+- ``certa``     — (progress AND) agreement AND settled AND grounded and/or confident (the
+  latter when the traces carry logprobs): the default CoT certaindex.
 
 ``typical`` (the typical chain length) is learned from the problems being calibrated, never
 from held-out ones: :func:`typical_length`.
@@ -76,12 +76,16 @@ def signal_grid(method: str, *, interval: int, typical: float, logprobs: bool) -
             out += [(AllOf(ProbeAgreement(k), Settled()), k, t) for t in intervals]
     elif method == "certa":
         for f in (0.75, 0.5, 0.0):
-            for mode in ("computed", "stated"):
-                for p in ((0.75, 0.5, None) if logprobs else (None,)):
+            for mode in ("computed", "stated", None):
+                for p in ((0.9, 0.75, 0.5, None) if logprobs else (None,)):
+                    if mode is None and p is None:
+                        continue  # no evidence beyond agreement: that is the progress method
                     for k in (2, 1):
-                        parts: list[CoTSignal] = [ProbeAgreement(k), Grounded(mode), Settled()]
+                        parts: list[CoTSignal] = [ProbeAgreement(k), Settled()]
                         if f:
                             parts.insert(0, Progress(f, typical))
+                        if mode is not None:
+                            parts.append(Grounded(mode))
                         if p is not None:
                             parts.append(Confident(p))
                         out += [(AllOf(*parts), k, t) for t in intervals]

@@ -67,8 +67,10 @@ class ProgramRun:
         self.inflight: set[str] = set()
         self.sequences: list[Any] = []
         self.rid_counter = itertools.count()
-        self.info = ProgramInfo(program.program_id, arrival=runtime.scheduler.clock(), knob_cap=program.knob_cap,
-                                name=program.display_name)
+        # a sub-program (ctx.call) schedules as part of its root program's gang: it shares its info
+        self.info = parent.info if parent is not None else ProgramInfo(
+            program.program_id, arrival=runtime.scheduler.clock(), knob_cap=program.knob_cap,
+            name=program.display_name)
 
     async def guard(self, rid: str, work: Awaitable[Any], kind: TokenKind, ctx, *, retryable_abort: bool = False) -> Any:
         """Await backend ``work`` for ``rid``; abort it on cancellation or failure; count its tokens.
@@ -97,7 +99,8 @@ class ProgramRun:
         usage.requests += 1
         usage.add(kind, res.tokens)
         usage.prompt += max(0, res.prompt_tokens - getattr(res, "cached_prompt_tokens", 0))
-        self.info.tokens = usage.total
+        if self.parent is None:  # a sub-program's tokens reach its root when it finishes
+            self.info.tokens = usage.total
         if events.active:
             events.emit("request_done", self.program.program_id, ctx.step, ctx.branch, rid=rid, token_kind=kind,
                         tokens=res.tokens)

@@ -85,7 +85,7 @@ class Runtime:
         prog.program_id = f"{_parent.program.program_id}/{base}-{next(self._ids)}" if _parent else f"{base}-{next(self._ids)}"
         run = ProgramRun(self, prog, _parent)
         self._active[prog.program_id] = run
-        self.scheduler.register(run.info)
+        self.scheduler.register(run.info, as_id=prog.program_id)
         self.events.emit("program_start", prog.program_id, name=base, knob_cap=prog.knob_cap)
         t0 = time.perf_counter()
         reason, error = "done", None
@@ -205,11 +205,12 @@ class Runtime:
         knob, total = prog.knob_value, prog.tokens.total
         prog.signals = signals
         prog.trajectory.append(CertaindexPoint(knob, combined, signals, total))
-        info = run.info
-        info.certaindex, info.knob_used, info.tokens = combined, knob, total
-        per_unit = total / (knob or 1)
-        info.tokens_per_step = per_unit
-        info.est_remaining_tokens = per_unit * remaining_steps(prog.policy, prog)
+        if run.parent is None:  # a sub-program shares its root's info: the root's estimate rules
+            info = run.info
+            info.certaindex, info.knob_used, info.tokens = combined, knob, total
+            per_unit = total / (knob or 1)
+            info.tokens_per_step = per_unit
+            info.est_remaining_tokens = per_unit * remaining_steps(prog.policy, prog)
         if self.events.active:
             self.events.emit("certaindex", prog.program_id, value=combined, signals=signals, knob=knob)
 

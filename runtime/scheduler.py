@@ -172,12 +172,13 @@ class Scheduler:
         self.ledger.limits = value
 
     # ---- program registry -----------------------------------------------------------
-    def register(self, info: ProgramInfo) -> None:
-        self.programs[info.program_id] = info
+    def register(self, info: ProgramInfo, *, as_id: str | None = None) -> None:
+        """Know a program; ``as_id`` registers a sub-program under its root's info (one gang)."""
+        self.programs[as_id or info.program_id] = info
 
     def unregister(self, program_id: str) -> None:
         info = self.programs.pop(program_id, None)
-        if info is not None:
+        if info is not None and info.program_id == program_id:  # the owner, not a sub-program's alias
             self.ledger.drop_prefix(info)
             self.policy.observe_finish(info)
 

@@ -302,3 +302,33 @@ async def test_runtime_programs_under_certa_scheduler():
     assert order[2:4] == ["short", "short"]  # SJF: the 1-step program overtakes the 4-step one
     assert order[4:] == ["long"] * 8  # gang: a program's requests go together
     assert (await run_three("fcfs"))[2:4] == ["long", "long"]  # FCFS keeps arrival order
+
+
+class Parent(Program):
+    """One step that runs two Fan sub-programs through ctx.call."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.knob = Knob("iterations", cap=1)
+        self.state = {"answer": None}
+
+    async def execute(self, ctx) -> bool:
+        await asyncio.gather(ctx.call(Fan("child-a", 1)), ctx.call(Fan("child-b", 1)))
+        self.knob_used += 1
+        return False
+
+
+async def test_sub_programs_schedule_in_their_root_programs_gang():
+    seen: list[str] = []
+
+    class Spy(CertaSJF):
+        def key(self, ticket, now):
+            seen.append(ticket.program.program_id)
+            return super().key(ticket, now)
+
+    backend = ScriptedBackend(responses=lambda r: "a b", latency=0.002)
+    rt = Runtime(backend, scheduler=Scheduler(policy=Spy(), limits=AdmissionLimits(max_requests=1)))
+    result = await rt.run(Parent())
+    assert result.ok and result.tokens.main == 8  # 2 children x 2 branches x 2 tokens, merged into the root
+    assert seen and set(seen) == {result.program_id}  # every ticket is the root program's gang
+    assert rt.scheduler.programs == {} and rt.scheduler.inflight == 0

@@ -101,6 +101,8 @@ class ProgramRun:
         usage.prompt += max(0, res.prompt_tokens - getattr(res, "cached_prompt_tokens", 0))
         if self.parent is None:  # a sub-program's tokens reach its root when it finishes
             self.info.tokens = usage.total
+        if not self.info.prefix_tokens and getattr(res, "prompt_tokens", 0):
+            self.info.prefix_tokens = int(res.prompt_tokens)  # the program's shared prompt: KV budget accounting
         if events.active:
             events.emit("request_done", self.program.program_id, ctx.step, ctx.branch, rid=rid, token_kind=kind,
                         tokens=res.tokens)

@@ -332,3 +332,19 @@ async def test_sub_programs_schedule_in_their_root_programs_gang():
     assert result.ok and result.tokens.main == 8  # 2 children x 2 branches x 2 tokens, merged into the root
     assert seen and set(seen) == {result.program_id}  # every ticket is the root program's gang
     assert rt.scheduler.programs == {} and rt.scheduler.inflight == 0
+
+
+async def test_the_runtime_reports_a_programs_prompt_as_its_resident_prefix():
+    seen: list[tuple[int, bool]] = []
+
+    class Spy(CertaSJF):
+        def key(self, ticket, now):
+            seen.append((ticket.program.prefix_tokens, ticket.program.prefix_resident))
+            return super().key(ticket, now)
+
+    backend = ScriptedBackend(responses=lambda r: "a b", latency=0.002)
+    rt = Runtime(backend, scheduler=Scheduler(policy=Spy(), limits=AdmissionLimits(kv_tokens=10_000)))
+    result = await rt.run(Fan("some question words", 3))
+    assert result.ok and seen[0] == (0, False)  # unknown before the first result
+    assert any(n > 0 and resident for n, resident in seen[2:])  # later tickets know the prompt, resident in KV
+    assert rt.scheduler.ledger.prefix_kv == 0  # dropped when the program ended

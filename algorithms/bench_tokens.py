@@ -64,7 +64,7 @@ def _shape(c: Candidate) -> tuple:
         return (p.get("detect_at"), p.get("every"))
     if c.method == "pareto":
         return (p.get("detect_at"),)
-    if c.method == "probe":
+    if c.method == "probe" or c.method == "certa":  # certa's grid holds Dynasor's too
         return (p.get("detect_at"), c.interval)
     return ()
 

@@ -49,7 +49,7 @@ __all__ = ["Candidate", "Calibration", "METHODS", "calibrate", "calibrate_split"
            "even_ladder", "split_problems"]
 
 METHODS: dict[str, tuple[str, ...]] = {"sc": ("threshold", "pareto", "esc", "adaptive-consistency"),
-                                        "cot": ("probe", *COT_SIGNAL_METHODS)}
+                                        "cot": ("certa", "probe", *(m for m in COT_SIGNAL_METHODS if m != "certa"))}
 """Calibratable methods per program."""
 
 
@@ -159,8 +159,11 @@ def candidates(replayer: Replayer, method: str, *, typical: float | None = None)
     if method in COT_SIGNAL_METHODS:
         typ = typical_length(replayer.problems) if typical is None else typical
         grid = signal_grid(method, interval=replayer.interval, typical=typ, logprobs=has_logprobs(replayer.problems))
-        return [Candidate(method, Threshold(1.0, detect_at=1, every=1), k=k, interval=t, signal=sig)
-                for sig, k, t in grid]
+        out = [Candidate(method, Threshold(1.0, detect_at=1, every=1), k=k, interval=t, signal=sig)
+               for sig, k, t in grid]
+        if method == "certa":  # the default also considers Dynasor's rule itself: never worse on calibration
+            out += [Candidate(method, c.policy, k=c.k, interval=c.interval) for c in candidates(replayer, "probe")]
+        return out
     n = replayer.n_samples
     detect = [d for d in (2, 3, 4, 5, 6, 8, 10, 12) if d < n] or [1]
     if method == "esc":

@@ -9,7 +9,8 @@ probes (so the variants add evidence to the published rule rather than replace i
   that are not taken at all);
 - ``settled``   — agreement AND no hesitation in the chain's recent text;
 - ``certa``     — (progress AND) agreement AND settled AND grounded and/or confident (the
-  latter when the traces carry logprobs): the default CoT certaindex.
+  latter when the traces carry logprobs), plus Dynasor's own grid: the default CoT
+  certaindex, so on the calibration split it is never worse than Dynasor's rule.
 
 ``typical`` (the typical chain length) is learned from the problems being calibrated, never
 from held-out ones: :func:`typical_length`.

@@ -183,3 +183,33 @@ def test_calibrated_cot_policy_file_rebuilds_the_program_in_certa_run(tmp_path):
     res = runner.invoke(app, ["run", "sc", "--backend", "scripted", "--dataset", "gsm8k", "--limit", "1",
                               "--policy", str(pol)])
     assert res.exit_code == 2 and "calibrated for program 'cot'" in res.output
+
+
+def _dominated_by_dynasor(report) -> list[str]:
+    """Dynasor points at least as accurate as the default and strictly cheaper (held-out)."""
+    c = report["methods"]["certa-cot"]
+    return [name for name, m in report["methods"].items()
+            if (name.startswith("dynasor-") or name == "probe-calibrated") and "tokens" in m
+            and m["accuracy"] >= c["accuracy"] - 1e-9 and m["tokens"] < c["tokens"] - 1e-9]
+
+
+TRACE_SETS = sorted((__import__("pathlib").Path(__file__).parents[1] / "data" / "traces").glob("*.jsonl.gz"))
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_default_cot_calibration_is_never_worse_than_dynasors_on_the_calibration_split(seed):
+    from certa.algorithms.calibration import calibrate
+    probs = synth_traces(24, seed=seed, samples=4, probed=3, interval=32, mean_tokens=300, max_tokens=512)
+    certa, dynasor = (calibrate(probs, "cot", method=m, seed=seed) for m in ("certa", "probe"))
+    assert certa.scores.correct.sum() >= certa.baseline.correct.sum() - 1e-9
+    assert certa.scores.mean_tokens <= dynasor.scores.mean_tokens + 1e-9
+
+
+@pytest.mark.parametrize("path", TRACE_SETS, ids=lambda p: p.name)
+def test_default_cot_policy_is_never_worse_than_dynasor_on_real_traces(path):
+    from certa.runtime.sim.traces import load_traces
+    probs = [p for p in load_traces(path) if any(s.probes for s in p.samples)]
+    if len(probs) < 20:
+        pytest.skip(f"{path.name}: {len(probs)} problems, too few for a held-out comparison")
+    for seed in (0, 1):
+        assert _dominated_by_dynasor(bench_tokens(probs, "cot", reps=50, seed=seed)) == []

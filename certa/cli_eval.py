@@ -177,6 +177,8 @@ def collect(
     seed: int = typer.Option(0, help="sample i uses seed * 100000 + i, as certa run sc does"),
     threads: Optional[int] = typer.Option(None, help="CPU threads for the engine (default: all cores)"),
     backend: str = typer.Option("llamacpp", help="llamacpp, or scripted (a fake, for demos and tests)"),
+    levels: Optional[str] = typer.Option(None, help="keep only these difficulty levels, e.g. 1,2,3 "
+                                                    "(datasets with a 'level' field, as MATH-500)"),
     debug: bool = typer.Option(False, help="show full tracebacks"),
 ) -> None:
     """Collect SC samples and CoT probe answers per problem into a resumable trace file.
@@ -188,7 +190,7 @@ def collect(
         from certa.algorithms.datasets import load_dataset
         cfg = CollectConfig(samples=samples, probe_samples=probe_samples, interval=probe_interval,
                             max_tokens=max_tokens, seed=seed)
-        problems = load_dataset(dataset, idx=idx)
+        problems = _at_levels(load_dataset(dataset, idx=idx), levels)
         factory = _factory(backend, model, cfg, threads)
         console.print(f"collecting {len(problems)} {dataset} problems x {samples} samples into {out_path}")
         report = asyncio.run(collect_traces(problems, out_path, factory, cfg, on_problem=_progress))
@@ -198,6 +200,26 @@ def collect(
         console.print(f"[yellow]interrupted[/yellow]: {out_path} keeps every finished problem (rerun to resume)")
         raise typer.Exit(130) from None
     typer.echo(f"wrote {report.written} problems ({report.skipped} already in {out_path}) in {report.wall_s:.0f}s")
+
+
+def _at_levels(problems: list, levels: Optional[str]) -> list:
+    """The problems whose ``level`` (an int, or text like "Level 2") is in ``levels`` ("1,2,3")."""
+    if not levels:
+        return problems
+    try:
+        wanted = {int(x) for x in levels.split(",") if x.strip()}
+    except ValueError:
+        raise ConfigError(f"--levels takes integers like 1,2,3, got {levels!r}") from None
+    if not any("level" in p.meta for p in problems):
+        raise ConfigError("--levels: this dataset has no 'level' field")
+
+    def level(p: Any) -> int | None:
+        digits = "".join(ch for ch in str(p.meta.get("level", "")) if ch.isdigit())
+        return int(digits) if digits else None
+    kept = [p for p in problems if level(p) in wanted]
+    if not kept:
+        raise ConfigError(f"no problem at levels {sorted(wanted)} among the {len(problems)} selected")
+    return kept
 
 
 def _progress(row: dict) -> None:

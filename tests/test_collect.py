@@ -148,3 +148,16 @@ def test_real_engine_smoke(tmp_path):
     probed = p.samples[0]
     assert [q.at for q in probed.probes] == list(range(8, probed.tokens, 8))
     assert all(q.model_extra["tokens"] <= 20 and q.model_extra["prompt_tokens"] > 0 for q in probed.probes)
+
+
+def test_levels_filter_math500_problems(tmp_path):
+    from certa.algorithms.datasets import load_dataset
+    wanted = [p.idx for p in load_dataset("math500", idx="0:20") if str(p.meta.get("level")) in ("1", "2")]
+    out = tmp_path / "m.jsonl"
+    res = CliRunner().invoke(app, ["traces", "collect", "--dataset", "math500", "--idx", "0:20", "--levels", "1,2",
+                                   "--backend", "scripted", "--samples", "2", "--probe-samples", "1", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    assert [r["idx"] for r in TraceFile(out).rows] == wanted and wanted
+    res = CliRunner().invoke(app, ["traces", "collect", "--dataset", "gsm8k", "--idx", "0:2", "--levels", "1",
+                                   "--backend", "scripted", "--out", str(tmp_path / "g.jsonl")])
+    assert res.exit_code == 2 and "no 'level' field" in res.output

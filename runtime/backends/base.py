@@ -142,7 +142,7 @@ class ChunkedSequence(Sequence):
 
     async def probe(self, suffix: str, max_tokens: int = 20, *, rid: str = "") -> GenResult:
         sub = self._sub("probe", suffix, max_tokens=max_tokens, temperature=0.0, top_p=1.0, top_k=0, stop=(),
-                        kind="probe")
+                        kind="probe", logprobs=1 if self.backend.capabilities.logprobs else 0)
         if rid:
             sub.rid = rid
         return await self.backend.generate(sub)

@@ -56,6 +56,7 @@ class CoTState(State):
     probes: Appended[list[ProbeObs]] = []
     answers: Appended[list[str]] = []
     value: float = 0.0  # the certaindex signal after the latest step
+    probed_chars: int = 0  # length of the chain text at the last probe
 
 
 def cot_program(preset: str = "mid", *, max_tokens: int = 1024, family: str = "default", temperature: float = 0.0,
@@ -92,7 +93,8 @@ def cot_program(preset: str = "mid", *, max_tokens: int = 1024, family: str = "d
         """Decode T more tokens, then probe the current answer (unless the chain finished)."""
         await s.seq.extend(interval)
         update: dict[str, Any] = {"text": s.seq.text, "finished": s.seq.finished, "value": 0.0}
-        if not s.seq.finished and s.seq.tokens >= probe_from:
+        if not s.seq.finished and s.seq.tokens >= probe_from and rule.probe_due(s.seq.text[s.probed_chars:]):
+            update["probed_chars"] = len(s.seq.text)
             out = await s.seq.probe(probe, max_tokens=probe_tokens, close_brace=True)
             logprobs = tuple(out.token_logprobs) if out.token_logprobs is not None else None
             obs = ProbeObs(s.seq.tokens, extract_probe_answer(out.text), out.text, logprobs)

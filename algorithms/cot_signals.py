@@ -19,8 +19,10 @@ value in [0, 1] — and composable with :class:`AllOf` (AND = minimum):
   ``chars`` characters of the chain's own text, not only in the probe.
 
 Signals serialize with ``to_dict`` / :func:`signal_from_dict`, so a calibrated policy file
-carries its CoT signal. ``min_tokens`` says from which main-token count the signal can be 1.0
-at all, so programs skip probes that could not matter.
+carries its CoT signal. Two hints let programs skip probes that could not matter:
+``min_tokens`` (the main-token count before which the signal is 0.0) and ``probe_due(new_text)``
+(event-triggered probing: :class:`Grounded` probes only after the chain has written a new
+result since the last probe).
 
 Example:
     >>> from certa.algorithms.signals import ProbeObs
@@ -80,6 +82,11 @@ class CoTSignal:
     def needs(self) -> frozenset[str]:
         """Probe fields this signal reads beyond ``answer``/``text`` (e.g. ``logprobs``)."""
         return frozenset()
+
+    def probe_due(self, new_text: str) -> bool:
+        """Whether a probe now could change anything, given the chain text written since the
+        last probe (event-triggered probing: a signal that needs new evidence says no)."""
+        return True
 
     def to_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, **{k: v for k, v in vars(self).items()}}
@@ -153,6 +160,10 @@ class Grounded(CoTSignal):
     def __post_init__(self) -> None:
         if self.mode not in ("computed", "stated"):
             raise ConfigError(f"unknown grounding mode {self.mode!r}", hint="computed or stated")
+
+    def probe_due(self, new_text: str) -> bool:
+        """Only once the chain has written a new result (an ``=``, or "answer is" when stated)."""
+        return "=" in new_text or (self.mode == "stated" and bool(_ANSWER_IS.search(new_text)))
 
     def __call__(self, view: ChainView) -> float:
         if not view.probes or not view.probes[-1].answer:
@@ -252,6 +263,9 @@ class AllOf(CoTSignal):
     @property
     def needs(self) -> frozenset[str]:  # type: ignore[override]
         return frozenset().union(*(p.needs for p in self.parts))
+
+    def probe_due(self, new_text: str) -> bool:
+        return all(p.probe_due(new_text) for p in self.parts)
 
     def __call__(self, view: ChainView) -> float:
         out = 1.0

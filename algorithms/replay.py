@@ -163,6 +163,7 @@ class ReplayCoT(Program):
         self.seq: Any = None
         self._recorded = {p.at: p for p in self.sample.probes}
         self._value = 0.0
+        self._probed_chars = 0  # length of the chain text at the last probe
 
     async def execute(self, ctx: Any) -> bool:
         if self.seq is None:  # cot_program's ``start`` step: open the sequence, decode nothing
@@ -171,7 +172,9 @@ class ReplayCoT(Program):
             return True
         await self.seq.extend(self.interval)
         self._value = 0.0
-        if not self.seq.finished and self.seq.tokens >= self.probe_from:
+        if not self.seq.finished and self.seq.tokens >= self.probe_from and \
+                self.signal.probe_due(self.seq.text[self._probed_chars:]):
+            self._probed_chars = len(self.seq.text)
             out = await self.seq.probe(_probe_suffix(), max_tokens=self.probe_tokens)
             rec = self._recorded[self.seq.tokens]
             text = (rec.model_extra or {}).get("text")

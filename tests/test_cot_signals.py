@@ -117,7 +117,11 @@ def test_replayed_signals_decide_on_the_recorded_evidence():
     reason, prog = run(AllOf(ProbeAgreement(1), Confident(0.5)))  # the default guess is confident too
     assert (reason, prog.answer(), prog.tokens.main) == ("certaindex", "16", 32)
     reason, prog = run(AllOf(ProbeAgreement(1), Grounded(), Confident(0.5)))  # p(18 at 64) = exp(-1.8) < 0.5
-    assert (reason, prog.answer(), prog.tokens.main, prog.tokens.probe) == ("certaindex", "18", 96, 6)
+    # grounded probes are event-triggered: only at 64 has the text written a new "=" since the last probe
+    assert [q.at for q in prog.state.probes] == [64]
+    assert (reason, prog.answer(), prog.tokens.main, prog.tokens.probe) == ("done", "18", 100, 2)
+    reason, prog = run(AllOf(ProbeAgreement(1), Confident(0.5), Settled()))  # untriggered: probes at 32, 64, 96
+    assert [q.at for q in prog.state.probes] == [32] and prog.answer() == "16"
 
 
 def test_progress_skips_probes_that_cannot_matter():
@@ -213,3 +217,21 @@ def test_default_cot_policy_is_never_worse_than_dynasor_on_real_traces(path):
         pytest.skip(f"{path.name}: {len(probs)} problems, too few for a held-out comparison")
     for seed in (0, 1):
         assert _dominated_by_dynasor(bench_tokens(probs, "cot", reps=50, seed=seed)) == []
+
+
+def test_event_triggered_probing():
+    assert Grounded().probe_due("so 3 + 4 = 7") and not Grounded().probe_due("Let us think step by step")
+    assert Grounded("stated").probe_due("The answer is 7") and not Grounded().probe_due("The answer is 7")
+    assert ProbeAgreement(2).probe_due("") and Settled().probe_due("")
+    assert not AllOf(ProbeAgreement(2), Grounded()).probe_due("no result yet")
+
+
+async def test_live_cot_program_probes_only_when_due():
+    import certa as ct
+    from certa.algorithms.cot_probe import cot_program
+    chain = "words " * 40 + "so 9 * 2 = 18 dollars " + "words " * 40
+    b = ct.ScriptedBackend(responses=[chain], probe=lambda text, suffix: "18} \\\\]")
+    prog = cot_program(interval=16, max_tokens=256, signal=AllOf(ProbeAgreement(1), Grounded()))
+    r = await ct.Runtime(b).run(prog, question="9 * 2?")
+    assert r.exit_reason == "certaindex" and r.answer == "18"
+    assert len(r.state.probes) == 1 and r.tokens.main < 100  # one probe, right after the "= 18" chunk

@@ -1,20 +1,26 @@
-r"""Chain-of-Thought with probe-in-the-middle early exit (Dynasor-CoT, the correct rule).
+r"""Chain-of-Thought with probe-in-the-middle early exit (Dynasor-CoT done right, and certa's rule).
 
-One live sequence grows ``interval`` (T) tokens per step. After each chunk a probe
+One live sequence grows ``interval`` (T) tokens per step. After a chunk a probe
 (:func:`~certa.algorithms.prompts.probe_text` for the model family, ending in ``\boxed{``)
-is decoded greedily for ``probe_tokens`` tokens and forgotten: with exact KV rollback when the
-backend supports it (``seq.exact_probes``), else as a separate request sharing the prefix
-(the runtime's chunked fallback; both go through ``seq.probe``). Probe tokens count as kind
-``probe``. Certaindex is 1.0 iff the last ``k`` probed answers are non-empty,
-math-equivalent and free of hesitation words (whole words) — Dynasor's ``should_early_exit``
-returns True even for inconsistent answers; this does not.
+is decoded greedily (up to ``probe_tokens``, stopping after the answer's closing brace where
+the backend can) and forgotten: with exact KV rollback when the backend supports it
+(``seq.exact_probes``), else as a separate request sharing the prefix (the runtime's chunked
+fallback; both go through ``seq.probe``). Probe tokens count as kind ``probe``.
+
+Certaindex is a :mod:`~certa.algorithms.cot_signals` signal. Dynasor's presets use its rule:
+1.0 iff the last ``k`` probed answers are non-empty, math-equivalent and free of hesitation
+words (whole words) — Dynasor's ``should_early_exit`` returns True even for inconsistent
+answers; this does not. The default ``certa`` preset adds grounding (the answer was computed
+by the chain's text; probes happen only after a new result) and no hesitation in the chain
+(:func:`certa_signal`), which holds up on small non-reasoning models too (docs/algorithms.md).
 
 The knob is main decode tokens, capped at ``max_tokens``. The answer is the probed answer
 when the run exits early, else the answer extracted from the whole chain (falling back to the
 last non-empty probe when the chain has none). The state's ``answers`` are the probed answers,
 so window policies (ESC, margin) also work on CoT.
 
-Presets ``(k, T)``: mild (8, 64), low (5, 64), mid (3, 64), high (2, 64), crazy (2, 32).
+Presets: ``certa`` (k=1, T=32, :func:`certa_signal`); Dynasor's ``(k, T)``: mild (8, 64),
+low (5, 64), mid (3, 64), high (2, 64), crazy (2, 32).
 
 Example:
     >>> import certa as ct
@@ -35,14 +41,24 @@ from certa.runtime.types import Knob
 
 from .answers import extract_answer, extract_probe_answer
 from .prompts import final_answer, probe_text, prompt
-from .cot_signals import ChainView, CoTSignal, ProbeAgreement, signal_from_dict
+from .cot_signals import AllOf, ChainView, CoTSignal, Grounded, ProbeAgreement, Settled, signal_from_dict
 from .signals import ProbeObs
 
-__all__ = ["PRESETS", "CoTState", "cot_output", "cot_program"]
+__all__ = ["CERTA_INTERVAL", "PRESETS", "CoTState", "certa_signal", "cot_output", "cot_program"]
 
 PRESETS: dict[str, tuple[int, int]] = {"mild": (8, 64), "low": (5, 64), "mid": (3, 64), "high": (2, 64),
                                        "crazy": (2, 32)}
 """Dynasor's saving-effort presets as ``(k, T)``: window of agreeing probes, tokens between probes."""
+
+CERTA_INTERVAL = 32
+"""Tokens between (possible) probes of the ``certa`` preset."""
+
+
+def certa_signal(k: int = 1) -> CoTSignal:
+    """The ``certa`` preset's certaindex: the last ``k`` probes agree (Dynasor's rule) AND the
+    answer was computed by the chain's own text AND no hesitation in its recent text. Grounding
+    makes probing event-triggered (a probe only after the chain writes a new result)."""
+    return AllOf(ProbeAgreement(k), Grounded("computed"), Settled())
 
 
 class CoTState(State):
@@ -59,24 +75,30 @@ class CoTState(State):
     probed_chars: int = 0  # length of the chain text at the last probe
 
 
-def cot_program(preset: str = "mid", *, max_tokens: int = 1024, family: str = "default", temperature: float = 0.0,
+def cot_program(preset: str = "certa", *, max_tokens: int = 1024, family: str = "default", temperature: float = 0.0,
                 dataset: str = "math", k: int | None = None, interval: int | None = None, probe_tokens: int = 20,
                 policy: Policy | None = None, chat: bool = True, name: str = "cot",
                 signal: CoTSignal | dict | None = None) -> CompiledGraph:
     """Build CoT with probe-in-the-middle as a compiled graph (inputs: ``question=``).
 
-    ``k``/``interval`` override the preset; ``family`` picks the probe template; ``policy``
-    defaults to stopping the first time certaindex reaches 1.0. ``signal`` is the certaindex
-    (a :mod:`~certa.algorithms.cot_signals` signal or its ``to_dict``); default Dynasor's rule,
-    ``ProbeAgreement(k)``. Probes are skipped while they could not matter (before the signal's
-    ``min_tokens`` minus its probe window).
+    ``preset``: ``"certa"`` (default: :func:`certa_signal`, a probe possible every 32 tokens)
+    or one of Dynasor's :data:`PRESETS` (its rule, ``ProbeAgreement(k)``). ``k``/``interval``
+    override the preset's; ``signal`` (a :mod:`~certa.algorithms.cot_signals` signal or its
+    ``to_dict``) overrides its certaindex. ``family`` picks the probe template; ``policy``
+    defaults to stopping the first time certaindex reaches 1.0. Probes are skipped while they
+    could not matter (before the signal's ``min_tokens`` minus its probe window, or when the
+    signal says no probe is due).
     """
-    if preset not in PRESETS:
-        raise ConfigError(f"unknown CoT preset {preset!r}", hint=f"one of {', '.join(PRESETS)}")
-    k, interval = k or PRESETS[preset][0], interval or PRESETS[preset][1]
+    if preset != "certa" and preset not in PRESETS:
+        raise ConfigError(f"unknown CoT preset {preset!r}", hint=f"certa, or one of {', '.join(PRESETS)}")
+    k0, t0 = (1, CERTA_INTERVAL) if preset == "certa" else PRESETS[preset]
+    k, interval = k or k0, interval or t0
     if k < 1 or interval < 1 or max_tokens < 1:
         raise ConfigError(f"cot needs k, interval and max_tokens >= 1, got {k}, {interval}, {max_tokens}")
-    rule = signal_from_dict(signal) if isinstance(signal, dict) else signal or ProbeAgreement(k)
+    if isinstance(signal, dict):
+        rule = signal_from_dict(signal)
+    else:
+        rule = signal or (certa_signal(k) if preset == "certa" else ProbeAgreement(k))
     probe_from = max(0, rule.min_tokens - (rule.window - 1) * interval)
     probe = probe_text(family)
     g = Graph(CoTState, knob=Knob("tokens", cap=max_tokens), name=name)

@@ -128,12 +128,12 @@ async def run_cot(ps: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[
             from certa.algorithms.prompts import prompt
             CHAIN_TEXT[prompt("math_cot", question=p["question"])] = cot_chain(p, model)
             items.append(p)
-        full_prog = cot_program(k=1, interval=INTERVAL, max_tokens=CHAIN, probe_tokens=PROBE_TOKENS, chat=False,
+        full_prog = cot_program("crazy", k=1, interval=INTERVAL, max_tokens=CHAIN, probe_tokens=PROBE_TOKENS, chat=False,
                                 policy=Even(10**6))  # never stops early: record every probe
         full = await rt.run_many([(full_prog, {"question": p["question"]}) for p in ps])
         traces = [r.state.probes for r in full]
         for k in KS:
-            e2e_prog = cot_program(k=k, interval=INTERVAL, max_tokens=CHAIN, probe_tokens=PROBE_TOKENS, chat=False)
+            e2e_prog = cot_program("crazy", k=k, interval=INTERVAL, max_tokens=CHAIN, probe_tokens=PROBE_TOKENS, chat=False)
             e2e = await rt.run_many([(e2e_prog, {"question": p["question"]}) for p in ps])
             for filt in (True, False):
                 words = HESITATION_WORDS if filt else ()

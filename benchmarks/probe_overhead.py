@@ -2,9 +2,10 @@
 
 For each GSM8K problem (dev split, idx < 800) and seed, the same chain is decoded through
 certa's native sequences plain (``extend(T)`` until done) and probed (``extend(T)`` then
-``probe(PROBE, probe_tokens)`` after every chunk), in two probe variants: ``full`` (always
-``probe_tokens`` greedy tokens, as Dynasor does) and ``stop`` (the probe ends at the ``}``
-closing the boxed answer). Reported per variant: extra wall time over plain (sum over runs,
+``probe(PROBE, probe_tokens)`` after a chunk), in three probe variants: ``full`` (every chunk,
+always ``probe_tokens`` greedy tokens, as Dynasor does), ``stop`` (every chunk; the probe ends
+at the ``}`` closing the boxed answer) and ``triggered`` (as ``stop``, but only after a chunk
+that wrote a new result, an ``=``: the default ``certa`` CoT preset). Reported per variant: extra wall time over plain (sum over runs,
 and the median per-run ratio; the run order rotates to cancel drift), extra engine
 iterations, the extra *modeled* time (the simulator's cost model ``a + b·N + c·K + d·P``
 fitted to every iteration of this run, summed over each chain's iterations: a noise-robust
@@ -43,7 +44,10 @@ def questions(path: Path, n: int) -> list[str]:
     return [r["question"] for r in rows]
 
 
-VARIANTS = {"plain": None, "full": (), "stop": ("}",)}
+VARIANTS = {"plain": None, "full": (), "stop": ("}",), "triggered": ("}",)}
+"""Probe variants: none; every T tokens decoding all ``probe_tokens`` (Dynasor); every T tokens
+stopping at the answer's closing brace; and certa's event-triggered probing (a probe only
+after a chunk that wrote a new result, an ``=``, as the default ``certa`` CoT preset does)."""
 
 
 async def chain(b: LlamaCppBackend, q: str, seed: int, args, variant: str, tag: str) -> tuple[float, list[int], int, dict]:
@@ -54,10 +58,12 @@ async def chain(b: LlamaCppBackend, q: str, seed: int, args, variant: str, tag: 
     before, first = b.stats(), len(b.engine.iterations)
     t0 = time.perf_counter()
     seq = await b.open_sequence(req)
-    probes = 0
+    probes, seen = 0, 0
     while not seq.finished:
         await seq.extend(args.interval)
-        if probed and not seq.finished:
+        due = variant != "triggered" or "=" in seq.text[seen:]
+        if probed and not seq.finished and due:
+            seen = len(seq.text)
             await seq.probe(PROBE, max_tokens=args.probe_tokens, stop=stop)
             probes += 1
     wall = time.perf_counter() - t0
@@ -85,7 +91,7 @@ async def main(args) -> dict:
                 t0, toks_0, _, work0 = res["plain"]
                 run = {"problem": i, "seed": seed, "tokens": len(toks_0), "wall_plain_s": round(t0, 3),
                        "engine_plain": work0}
-                for v in ("full", "stop"):
+                for v in PROBED:
                     tv, toks_v, n_probes, work = res[v]
                     run[v] = {"probes": n_probes, "wall_s": round(tv, 3), "extra": round(tv / t0 - 1, 4),
                               "extra_iterations": round(work["iterations"] / work0["iterations"] - 1, 4),
@@ -95,7 +101,7 @@ async def main(args) -> dict:
         stats = b.stats()
         fit = fit_cost_model(b.engine.iterations)
         for run in runs:
-            for part in [run["engine_plain"]] + [run[v]["engine"] for v in ("full", "stop")]:
+            for part in [run["engine_plain"]] + [run[v]["engine"] for v in PROBED]:
                 lo, hi = part.pop("records")
                 part["modeled_s"] = round(sum(fit.model.iteration_time(r.n_tokens, r.kv_read, r.prefill_pairs)
                                               for r in b.engine.iterations[lo:hi]), 3)
@@ -105,12 +111,15 @@ async def main(args) -> dict:
         "benchmark": "probe_overhead", "model": str(b.model_path.name), "threads": args.threads,
         "interval": args.interval, "probe_tokens": args.probe_tokens, "max_tokens": args.max_tokens,
         "temperature": args.temperature, "runs": runs,
-        "variants": {v: summary(runs, v) for v in ("full", "stop")},
+        "variants": {v: summary(runs, v) for v in PROBED},
         "cost_model": fit.as_dict(),
         "target": {"extra_wall_max": 0.15, "exactness": 1.0},
         "engine": {k: stats[k] for k in ("iterations", "prompt_tokens", "probe_tokens", "decode_tokens", "probe")},
         "machine": {"platform": platform.platform(), "note": "shared CPU; other jobs may be running"},
     }
+
+
+PROBED = [v for v, stop in VARIANTS.items() if stop is not None]
 
 
 def summary(runs: list[dict], v: str) -> dict:

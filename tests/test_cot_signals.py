@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import doctest
 import json
+from pathlib import Path
 
 import pytest
 
@@ -197,7 +198,7 @@ def _dominated_by_dynasor(report) -> list[str]:
             and m["accuracy"] >= c["accuracy"] - 1e-9 and m["tokens"] < c["tokens"] - 1e-9]
 
 
-TRACE_SETS = sorted((__import__("pathlib").Path(__file__).parents[1] / "data" / "traces").glob("*.jsonl.gz"))
+TRACE_SETS = sorted((Path(__file__).parents[1] / "data" / "traces").glob("*.jsonl.gz"))
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])

@@ -33,7 +33,7 @@ def served():
     # one thread: on a shared 2-core machine two spinning llama.cpp threads can be ~10x slower
     backend = LlamaCppBackend("qwen2.5-coder-0.5b", n_ctx=4096, n_seq=4, n_threads=1, max_batch_tokens=256)
     programs = {"sc": build("sc", branches_per_round=2, cap=2, max_tokens=24),
-                "cot": build("cot", k=2, interval=16, max_tokens=48, probe_tokens=8),
+                "cot": build("cot", preset="high", k=2, interval=16, max_tokens=48, probe_tokens=8),  # probes every chunk
                 "long": build("sc", branches_per_round=2, cap=2, max_tokens=512)}
     server = Server(programs, backend)
     try:

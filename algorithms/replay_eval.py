@@ -25,7 +25,7 @@ from typing import Literal
 
 import numpy as np
 
-from certa.runtime.backends.replay import PROBE_MAX_TOKENS, ReplayBackend
+from certa.runtime.backends.replay import PROBE_MAX_TOKENS, ReplayBackend, probe_cost, probe_prefill
 from certa.runtime.errors import ConfigError, TraceFormatError
 from certa.runtime.policy import Policy
 from certa.runtime.sim.traces import TraceProblem
@@ -208,3 +208,36 @@ class Replayer:
                 cols[name].append(float(value))
         arrays = {name: np.array(values) for name, values in cols.items()}
         return Scores(idx=self.idx, exits=dict(exits), **arrays)
+
+    def oracle_cot(self) -> Scores:
+        """ORACLE bound for CoT probe exits (uses each chain's final answer, unknowable live):
+        every chain exits at its first probe whose answer equals the chain's final answer,
+        paying that one probe; chains without such a probe run to the end. No probe-based
+        rule on this probe grid keeps every answer and decodes fewer tokens."""
+        if self.program != "cot":
+            raise ConfigError("the probe-exit oracle applies to CoT replays")
+        cols: dict[str, list[float]] = {c: [] for c in ("tokens", "correct", "main", "probe", "prefill")}
+        exits: Counter = Counter()
+        for problem in self.problems:
+            iv, judge, rows = trace_interval(problem), self.grader(problem), []
+            for s in (s for s in problem.samples if probed(s, iv)):
+                hit = next((q for q in s.probes if q.at < s.tokens and q.answer and s.pred
+                            and self._same(q.answer, s.pred)), None)
+                exits["oracle" if hit else "done"] += 1
+                if hit is None:
+                    rows.append((s.tokens, float(bool(s.correct)), s.tokens, 0, 0))
+                else:
+                    cost = probe_cost(hit, self.probe_tokens)
+                    rows.append((hit.at + cost, float(judge(hit.answer or "")), hit.at, cost, probe_prefill(hit)))
+            for name, value in zip(cols, np.mean(np.array(rows, dtype=float), axis=0)):
+                cols[name].append(float(value))
+        a = {name: np.array(v) for name, v in cols.items()}
+        return Scores(idx=self.idx, tokens=a["tokens"], correct=a["correct"], main=a["main"], probe=a["probe"],
+                      score=np.zeros(len(self.problems)), prefill=a["prefill"], knob=a["main"], exits=dict(exits))
+
+    def _same(self, a: str, b: str) -> bool:
+        key = ("same", a, b)
+        if key not in self._grades:
+            self._grades[key] = bool(math_equal(a, b))
+        return self._grades[key]
+

@@ -236,3 +236,11 @@ async def test_live_cot_program_probes_only_when_due():
     r = await ct.Runtime(b).run(prog, question="9 * 2?")
     assert r.exit_reason == "certaindex" and r.answer == "18"
     assert len(r.state.probes) == 1 and r.tokens.main < 100  # one probe, right after the "= 18" chunk
+
+
+def test_oracle_bound_exits_at_the_first_probe_equal_to_the_final_answer():
+    from certa.algorithms.replay_eval import Replayer
+    p = parse_trace_line(json.dumps(LINE))
+    s = Replayer([p], "cot").oracle_cot()
+    assert (s.tokens[0], s.main[0], s.probe[0], s.correct[0]) == (66.0, 64.0, 2.0, 1.0)
+    assert s.exits == {"oracle": 1}

@@ -136,11 +136,14 @@ def _as_number(s: str) -> float | None:
 def _produces(rhs: str, answer: str) -> bool:
     """Whether the text right after an ``=`` starts with ``answer`` (as a whole value)."""
     rhs, ans = _norm(rhs[:60]), _norm(answer)
-    if not ans or not rhs.startswith(ans):
-        lead = re.match(_NUM, rhs)
-        a = _as_number(ans)
-        return bool(lead) and a is not None and _as_number(lead.group(0)) is not None \
-            and math.isclose(_as_number(lead.group(0)) or 0.0, a, rel_tol=0, abs_tol=1e-9)
+    if not ans:
+        return False
+    a, lead = _as_number(ans), re.match(_NUM, rhs)
+    if a is not None and lead is not None:  # numbers: compare values (18 = 18.00 = 18.0)
+        value = _as_number(lead.group(0).rstrip(".,"))
+        return value is not None and math.isclose(value, a, rel_tol=0, abs_tol=1e-9)
+    if not rhs.startswith(ans):
+        return False
     rest = rhs[len(ans):]
     return not rest or not (rest[0].isdigit() or (rest[0] == "." and rest[1:2].isdigit()))
 

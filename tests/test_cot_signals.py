@@ -42,6 +42,8 @@ def test_doctests():
     ("x = \\frac{1}{2}", "\\frac{1}{2}", 0.0, 1.0),  # no operator left of the =
     ("\\frac{3}{6} = \\frac{1}{2}", "\\frac{1}{2}", 1.0, 1.0),  # \frac counts as an operator
     ("3 * 4 = 12.5 apples", "12", 0.0, 0.0),
+    ("9 * 2 = 18.00 dollars", "18", 1.0, 1.0),
+    ("4 + 4 = 8, so", "8.0", 1.0, 1.0),
 ])
 def test_grounded_needs_the_answer_produced_by_the_text(text, answer, computed, stated):
     v = view([answer], text)

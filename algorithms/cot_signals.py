@@ -115,6 +115,10 @@ class ProbeAgreement(CoTSignal):
 _NUM = r"-?\d[\d,]*(?:\.\d+)?"
 _OPERATOR = re.compile(r"[+\-*/×÷]|\\times|\\cdot|\\div|\\frac")
 _ANSWER_IS = re.compile(r"\banswer\s+is\s*:?\s*", re.IGNORECASE)
+_OUTPUT = re.compile(r"```output\s*\n")  # a code model's (imagined) program output: a computed result
+_VALUE = r"\s*[^\s=]"  # a value has started after the anchor
+_NEW_RESULT = re.compile(r"(?:=|```output\s*\n)" + _VALUE)
+_NEW_STATED = re.compile(r"(?:=|```output\s*\n|\banswer\s+is\s*:?)" + _VALUE, re.IGNORECASE)
 _STRIP = re.compile(r"\\[$%!,;]|[$%\s]|\\text\{[^}]*\}|\\(?:left|right|mathrm|textbf)|\\[()\[\]]")
 
 
@@ -134,8 +138,8 @@ def _as_number(s: str) -> float | None:
 
 
 def _produces(rhs: str, answer: str) -> bool:
-    """Whether the text right after an ``=`` starts with ``answer`` (as a whole value)."""
-    rhs, ans = _norm(rhs[:60]), _norm(answer)
+    """Whether the text right after an ``=`` starts with ``answer`` (as a whole value, on its line)."""
+    rhs, ans = _norm(rhs.lstrip().split("\n", 1)[0][:60]), _norm(answer)
     if not ans:
         return False
     a, lead = _as_number(ans), re.match(_NUM, rhs)
@@ -153,8 +157,9 @@ class Grounded(CoTSignal):
     """1.0 iff the latest probed answer was produced by the chain's own text.
 
     ``computed``: it is the right-hand side of an ``=`` whose left side (same line) holds an
-    arithmetic operator — the result of a computation, not a restated given. ``stated``: the
-    right-hand side of any ``=``, or what follows "answer is".
+    arithmetic operator — the result of a computation, not a restated given — or the first line
+    of a code model's `````output`` block. ``stated``: also the right-hand side of any ``=``,
+    or what follows "answer is".
     """
 
     mode: Literal["computed", "stated"] = "computed"
@@ -165,8 +170,10 @@ class Grounded(CoTSignal):
             raise ConfigError(f"unknown grounding mode {self.mode!r}", hint="computed or stated")
 
     def probe_due(self, new_text: str) -> bool:
-        """Only once the chain has written a new result (an ``=``, or "answer is" when stated)."""
-        return "=" in new_text or (self.mode == "stated" and bool(_ANSWER_IS.search(new_text)))
+        """Only once the chain has written a new result: an ``=`` or output block (or "answer
+        is", when stated) followed by a value. An anchor whose value is not written yet is not
+        due; the caller keeps the text since the last probe, so the next chunk completes it."""
+        return bool((_NEW_STATED if self.mode == "stated" else _NEW_RESULT).search(new_text))
 
     def __call__(self, view: ChainView) -> float:
         if not view.probes or not view.probes[-1].answer:
@@ -178,6 +185,8 @@ class Grounded(CoTSignal):
                 continue
             if _produces(text[m.end():], answer):
                 return 1.0
+        if any(_produces(text[m.end():], answer) for m in _OUTPUT.finditer(text)):
+            return 1.0
         if self.mode == "stated":
             return float(any(_produces(text[m.end():], answer) for m in _ANSWER_IS.finditer(text)))
         return 0.0

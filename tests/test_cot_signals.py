@@ -44,6 +44,8 @@ def test_doctests():
     ("3 * 4 = 12.5 apples", "12", 0.0, 0.0),
     ("9 * 2 = 18.00 dollars", "18", 1.0, 1.0),
     ("4 + 4 = 8, so", "8.0", 1.0, 1.0),
+    ("60 \\text{ m} \\times 3 = 180 \\text{ m}\n   \\]\n\n3. The total", "180", 1.0, 1.0),  # value ends at the line
+    ("print(total)\n```\n```output\n12\n```\nJanet makes", "12", 1.0, 1.0),  # a code model's output block
 ])
 def test_grounded_needs_the_answer_produced_by_the_text(text, answer, computed, stated):
     v = view([answer], text)
@@ -224,6 +226,8 @@ def test_default_cot_policy_is_never_worse_than_dynasor_on_real_traces(path):
 
 def test_event_triggered_probing():
     assert Grounded().probe_due("so 3 + 4 = 7") and not Grounded().probe_due("Let us think step by step")
+    assert not Grounded().probe_due("so 3 + 4 =") and Grounded().probe_due("so 3 + 4 =\n 7")  # value must start
+    assert Grounded().probe_due("```output\n12") and not Grounded().probe_due("```output\n")
     assert Grounded("stated").probe_due("The answer is 7") and not Grounded().probe_due("The answer is 7")
     assert ProbeAgreement(2).probe_due("") and Settled().probe_due("")
     assert not AllOf(ProbeAgreement(2), Grounded()).probe_due("no result yet")

@@ -11,8 +11,9 @@ Certaindex is a :mod:`~certa.algorithms.cot_signals` signal. Dynasor's presets u
 1.0 iff the last ``k`` probed answers are non-empty, math-equivalent and free of hesitation
 words (whole words) — Dynasor's ``should_early_exit`` returns True even for inconsistent
 answers; this does not. The default ``certa`` preset adds grounding (the answer was computed
-by the chain's text; probes happen only after a new result) and no hesitation in the chain
-(:func:`certa_signal`), which holds up on small non-reasoning models too (docs/algorithms.md).
+by the chain's text; probes happen only after a new result), the model's confidence in its
+probed answer and no hesitation in the chain (:func:`certa_signal`), which holds up on small
+non-reasoning models too (docs/algorithms.md).
 
 The knob is main decode tokens, capped at ``max_tokens``. The answer is the probed answer
 when the run exits early, else the answer extracted from the whole chain (falling back to the
@@ -41,10 +42,10 @@ from certa.runtime.types import Knob
 
 from .answers import extract_answer, extract_probe_answer
 from .prompts import final_answer, probe_text, prompt
-from .cot_signals import AllOf, ChainView, CoTSignal, Grounded, ProbeAgreement, Settled, signal_from_dict
+from .cot_signals import AllOf, ChainView, Confident, CoTSignal, Grounded, ProbeAgreement, Settled, signal_from_dict
 from .signals import ProbeObs
 
-__all__ = ["CERTA_INTERVAL", "PRESETS", "CoTState", "certa_signal", "cot_output", "cot_program"]
+__all__ = ["CERTA_INTERVAL", "CERTA_MIN_PROB", "PRESETS", "CoTState", "certa_signal", "cot_output", "cot_program"]
 
 PRESETS: dict[str, tuple[int, int]] = {"mild": (8, 64), "low": (5, 64), "mid": (3, 64), "high": (2, 64),
                                        "crazy": (2, 32)}
@@ -54,11 +55,18 @@ CERTA_INTERVAL = 32
 """Tokens between (possible) probes of the ``certa`` preset."""
 
 
+CERTA_MIN_PROB = 0.8
+"""The ``certa`` preset's confidence bar: the probability the model gives its probed answer."""
+
+
 def certa_signal(k: int = 1) -> CoTSignal:
     """The ``certa`` preset's certaindex: the last ``k`` probes agree (Dynasor's rule) AND the
-    answer was computed by the chain's own text AND no hesitation in its recent text. Grounding
-    makes probing event-triggered (a probe only after the chain writes a new result)."""
-    return AllOf(ProbeAgreement(k), Grounded("computed"), Settled())
+    answer was computed by the chain's own text AND the model gives it probability >= 0.8 AND
+    no hesitation in its recent text. Grounding makes probing event-triggered (a probe only
+    after the chain writes a new result); confidence separates a final answer from a freshly
+    computed intermediate one, which a small model's probe just repeats. Needs probe logprobs
+    (the llama.cpp engine gives them); without them it never exits early."""
+    return AllOf(ProbeAgreement(k), Grounded("computed"), Confident(CERTA_MIN_PROB), Settled())
 
 
 class CoTState(State):

@@ -209,7 +209,8 @@ class ScriptedSequence(Sequence):
         self.backend.requests.append(GenRequest(prompt=self.req.prompt + self.text + suffix, rid=rid,
                                                 kind="probe", program_id=self.req.program_id))
         await self._wait(rid, len(toks))
-        return GenResult(text="".join(toks), tokens=len(toks), prompt_tokens=len(words(suffix)), rid=rid)
+        return GenResult(text="".join(toks), tokens=len(toks), prompt_tokens=len(words(suffix)), rid=rid,
+                         token_logprobs=[0.0] * len(toks))  # a fake: certain of every probe token
 
     async def close(self) -> None:
         self.backend._live.pop(self.rid, None)

@@ -65,7 +65,7 @@ def signal_grid(method: str, *, interval: int, typical: float, logprobs: bool) -
         if not logprobs:
             raise ConfigError("the confident CoT signal needs probe logprobs in the traces",
                               hint="collect with `certa traces collect` on the llama.cpp engine")
-        for p in (0.9, 0.8, 0.75, 0.5, 0.3):
+        for p in (0.9, 0.8, 0.7, 0.5, 0.3):
             for k in (3, 2, 1):
                 out += [(AllOf(ProbeAgreement(k), Confident(p)), k, t) for t in intervals]
     elif method == "progress":
@@ -78,7 +78,7 @@ def signal_grid(method: str, *, interval: int, typical: float, logprobs: bool) -
     elif method == "certa":
         for f in (0.75, 0.5, 0.0):
             for mode in ("computed", "stated", None):
-                for p in ((0.9, 0.8, 0.75, 0.5, None) if logprobs else (None,)):
+                for p in ((0.9, 0.8, 0.7, 0.5, None) if logprobs else (None,)):
                     if mode is None and p is None:
                         continue  # no evidence beyond agreement: that is the progress method
                     for k in (2, 1):

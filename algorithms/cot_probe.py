@@ -55,13 +55,13 @@ CERTA_INTERVAL = 32
 """Tokens between (possible) probes of the ``certa`` preset."""
 
 
-CERTA_MIN_PROB = 0.8
+CERTA_MIN_PROB = 0.7
 """The ``certa`` preset's confidence bar: the probability the model gives its probed answer."""
 
 
 def certa_signal(k: int = 1) -> CoTSignal:
     """The ``certa`` preset's certaindex: the last ``k`` probes agree (Dynasor's rule) AND the
-    answer was computed by the chain's own text AND the model gives it probability >= 0.8 AND
+    answer was computed by the chain's own text AND the model gives it probability >= 0.7 AND
     no hesitation in its recent text. Grounding makes probing event-triggered (a probe only
     after the chain writes a new result); confidence separates a final answer from a freshly
     computed intermediate one, which a small model's probe just repeats. Needs probe logprobs

@@ -85,7 +85,7 @@ def cot_program(preset: str = "certa", *, max_tokens: int = 1024, family: str = 
                 signal: CoTSignal | dict | None = None) -> CompiledGraph:
     """Build CoT with probe-in-the-middle as a compiled graph (inputs: ``question=``).
 
-    ``preset``: ``"certa"`` (default: :func:`certa_signal`, a probe possible every 32 tokens)
+    ``preset``: ``"certa"`` (default: :func:`certa_signal`, a probe every 64 tokens)
     or one of Dynasor's :data:`PRESETS` (its rule, ``ProbeAgreement(k)``). ``k``/``interval``
     override the preset's; ``signal`` (a :mod:`~certa.algorithms.cot_signals` signal or its
     ``to_dict``) overrides its certaindex. ``family`` picks the probe template; ``policy``

@@ -219,7 +219,7 @@ def test_default_cot_preset_is_never_worse_than_dynasors_presets_on_real_traces(
     if len(probs) < 20 or not has_logprobs(probs):
         pytest.skip(f"{path.name}: needs >= 20 probed problems with probe logprobs")
     rep, first = Replayer(probs, "cot"), Threshold(1.0, detect_at=1, every=1)
-    default = rep.run(first, k=1, interval=CERTA_INTERVAL, signal=certa_signal())
+    default = rep.run(first, k=3, interval=CERTA_INTERVAL, signal=certa_signal())
     for name, (k, t) in PRESETS.items():
         d = rep.run(first, k=k, interval=t)
         assert not (d.accuracy >= default.accuracy - 1e-9 and d.mean_tokens < default.mean_tokens - 1e-9), \

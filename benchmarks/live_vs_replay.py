@@ -16,7 +16,9 @@ On a handful of dev problems:
     python benchmarks/live_vs_replay.py --idx 0:4 --samples 8 --max-tokens 256 \
         [--policy policy.json] [--model qwen2.5-coder-0.5b] [--threads 1] --out results/live.json
 
-Prints and writes the token ratio vs the full budget for each. Not a timed test.
+Prints and writes the token ratio vs the full budget for each. The live runs are journaled
+(``<out>.live.jsonl``, one line per problem): a killed run resumes where it stopped. Not a
+timed test.
 """
 
 from __future__ import annotations
@@ -51,26 +53,40 @@ def lane_order(tokens: list[int], lanes: int) -> list[int]:
     return [i for _, i in sorted(done)]
 
 
-async def live(problems, policy, args) -> list[dict]:
+async def live(problems, policy, args, journal: Path) -> list[dict]:
+    """Run the policy live on each problem not yet in ``journal`` (one JSON line per problem: resumable)."""
+    done = {}
+    if journal.exists():
+        for line in journal.read_text().splitlines():
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                break  # a torn last line: that problem runs again
+            done[row["idx"]] = row
+    todo = [p for p in problems if p.idx not in done]
+    if not todo:
+        return [done[p.idx] for p in problems]
     backend = LlamaCppBackend(args.model, n_seq=args.lanes, n_ctx=args.lanes * (args.max_tokens + 64) + 1024,
                               n_threads=args.threads, seed=args.seed)
     rt = Runtime(backend)
     prog = sc_program(branches_per_round=args.lanes, cap=args.samples, policy=policy, max_tokens=args.max_tokens,
                       dataset="gsm8k")
-    rows = []
     try:
-        for p in problems:
+        for p in todo:
             before = backend.stats()["main"]
             t0 = time.perf_counter()
             res = await rt.run(prog, question=p.question)
-            rows.append({"idx": p.idx, "main": res.tokens.main, "engine_main": backend.stats()["main"] - before,
-                         "knob": res.knob_used, "exit": res.exit_reason, "answer": res.answer,
-                         "correct": bool(res.answer) and grade(str(res.answer), p.gold, "gsm8k"),
-                         "wall_s": round(time.perf_counter() - t0, 1)})
-            print("live", rows[-1], flush=True)
+            row = {"idx": p.idx, "main": res.tokens.main, "engine_main": backend.stats()["main"] - before,
+                   "knob": res.knob_used, "exit": res.exit_reason, "answer": res.answer,
+                   "correct": bool(res.answer) and grade(str(res.answer), p.gold, "gsm8k"),
+                   "wall_s": round(time.perf_counter() - t0, 1)}
+            with journal.open("a") as f:
+                f.write(json.dumps(row) + "\n")
+            done[p.idx] = row
+            print("live", row, flush=True)
     finally:
         await rt.close()
-    return rows
+    return [done[p.idx] for p in problems]
 
 
 def main() -> None:
@@ -106,7 +122,7 @@ def main() -> None:
         lane_runs.append({"idx": t.idx, "main": prog.tokens.main, "knob": prog.knob_value,
                           "correct": prog.is_correct()})
     seeded = Replayer(chosen, "sc", seed=args.seed, orders=16).run(policy)
-    rows = asyncio.run(live(problems, policy, args))
+    rows = asyncio.run(live(problems, policy, args, out.with_suffix(".live.jsonl")))
     report = {
         "policy": policy.to_dict(), "model": chosen[0].model, "problems": [p.idx for p in problems],
         "samples": args.samples, "lanes": args.lanes, "max_tokens": args.max_tokens,

@@ -233,3 +233,19 @@ def test_oracle_bound_exits_at_the_first_probe_equal_to_the_final_answer():
     s = Replayer([p], "cot").oracle_cot()
     assert (s.tokens[0], s.main[0], s.probe[0], s.correct[0]) == (66.0, 64.0, 2.0, 1.0)
     assert s.exits == {"oracle": 1}
+
+
+def test_cot_headroom_benchmark_figures_on_a_known_chain():
+    import importlib.util
+    bench = Path(__file__).resolve().parents[1] / "benchmarks" / "cot_headroom.py"
+    spec = importlib.util.spec_from_file_location("cot_headroom_bench", bench)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    h = module.headroom([parse_trace_line(json.dumps(LINE))], intervals=(32,))
+    assert h["chains"] == 1 and h["full_chain"] == {"accuracy": 1.0, "tokens": 100.0}
+    assert h["final_answer_in_text"]["median"] == round(66 / 86, 3)  # "9 * 2 = 18" is written by char 66
+    assert h["oracle_one_probe"]["token_ratio"] == 0.66  # exits at 64, pays that probe
+    assert h["oracle_every_32"] == {"token_ratio": 0.68, "accuracy": 1.0}  # pays the probes at 32 and 64
+    assert h["oracle_grounded_one_probe_every_32"]["token_ratio"] == 0.66  # "= 18" is written by 64
+    assert h["ungrounded_probes"] == {"probes": 1, "equal_final_answer": 0.0, "correct": 0.0}  # the "16" guess
+    assert h["in_sample_best"]["methods"]["probe"]["accuracy_delta"] >= -0.005

@@ -36,6 +36,7 @@ from certa.algorithms.replay import probed
 from certa.algorithms.replay_eval import Replayer, trace_interval
 from certa.algorithms.signals import ProbeObs
 from certa.runtime.backends.replay import probe_cost, text_at
+from certa.runtime.errors import ConfigError
 from certa.runtime.sim.traces import load_traces
 
 GROUNDED = Grounded("stated")
@@ -69,7 +70,8 @@ def headroom(problems, *, intervals=(32, 64), tolerance=0.005) -> dict:
     chains = [(p, s) for p in problems for s in p.samples if probed(s, trace_interval(p))]
     replayer = Replayer(problems, "cot")
     grade = {p.idx: replayer.grader(p) for p in problems}
-    same = lambda a, b: bool(a) and bool(b) and bool(math_equal(a, b))  # noqa: E731
+    def same(a: str | None, b: str | None) -> bool:
+        return bool(a) and bool(b) and bool(math_equal(a, b))
     full_tokens = statistics.fmean(s.tokens for _, s in chains)
     full_acc = statistics.fmean(float(s.correct) for _, s in chains)
 
@@ -117,7 +119,7 @@ def headroom(problems, *, intervals=(32, 64), tolerance=0.005) -> dict:
     for method in METHODS["cot"]:
         try:
             grid = candidates(replayer, method)
-        except Exception as exc:  # e.g. confident without logprobs
+        except ConfigError as exc:  # e.g. confident without logprobs
             best[method] = {"skipped": str(exc)}
             continue
         top = None

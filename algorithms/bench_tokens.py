@@ -10,7 +10,8 @@ with no accuracy loss there), and reports on the held-out part only:
   Dynasor's rule (``probe-calibrated``, and its presets ``dynasor-mild`` ... ``dynasor-crazy``)
   side by side with certa's certaindex variants (``grounded``, ``confident``, ``progress``,
   ``settled`` and their AND ``certa-cot``, :mod:`~certa.algorithms.cot_grid`), with probe
-  decode tokens counted (probe prefill reported apart). A variant the traces cannot support
+  decode tokens counted (probe prefill reported apart), and ``certa-preset``: the default
+  ``cot_program``'s fixed certaindex, as shipped (not calibrated). A variant the traces cannot support
   (``confident`` without probe logprobs) is listed with ``skipped`` and the reason. Also
   ``oracle-bound`` (marked ``"oracle": true``, never a target): each chain exits at its first
   probe equal to its final answer — what no probe rule on the trace's probe grid can beat
@@ -39,7 +40,7 @@ from certa.runtime.policy import Length, Threshold
 from certa.runtime.sim.traces import TraceProblem
 
 from .calibration import METHODS, Candidate, calibrate, candidates, check_not_reserved, even_ladder, split_problems
-from .cot_probe import PRESETS
+from .cot_probe import CERTA_INTERVAL, PRESETS, certa_signal
 from .evalstats import compare
 from .replay_eval import ProgramKind, Replayer, Scores, check_traces
 
@@ -137,6 +138,13 @@ def bench_tokens(problems: Sequence[TraceProblem], program: ProgramKind, *, cal_
             s = rep.run(c.policy, k=k, interval=t)
             methods[f"dynasor-{preset}"] = {**_point(c, s, even, reps, seed, f"{preset} (k={k}, T={t})"),
                                             "tokens_by_kind": s.summary()}
+        if CERTA_INTERVAL % rep.interval == 0:  # the default program's fixed preset, never calibrated
+            sig = certa_signal()
+            c = Candidate("preset", Threshold(1.0, detect_at=1, every=1), k=sig.window, interval=CERTA_INTERVAL,
+                          signal=sig)
+            s = c.run(rep)
+            methods["certa-preset"] = {**_point(c, s, even, reps, seed, f"certa default ({_label(c)})"),
+                                       "tokens_by_kind": s.summary()}
     return {"program": program, "problems": len(problems), "calibration_problems": len(cal),
             "heldout_problems": len(held), "cal_fraction": cal_fraction, "seed": seed, "orders": orders,
             "bootstrap_reps": reps, "models": sorted({p.model for p in problems}),

@@ -246,6 +246,7 @@ def test_cot_headroom_benchmark_figures_on_a_known_chain():
     assert h["final_answer_in_text"]["median"] == round(66 / 86, 3)  # "9 * 2 = 18" is written by char 66
     assert h["oracle_one_probe"]["token_ratio"] == 0.66  # exits at 64, pays that probe
     assert h["oracle_every_32"] == {"token_ratio": 0.68, "accuracy": 1.0}  # pays the probes at 32 and 64
+    assert h["probes_per_chain_every_32"] == 3 and h["probe_decode_share_every_32"] == 0.06
     assert h["oracle_grounded_one_probe_every_32"]["token_ratio"] == 0.66  # "= 18" is written by 64
     assert h["ungrounded_probes"] == {"probes": 1, "equal_final_answer": 0.0, "correct": 0.0}  # the "16" guess
     assert h["in_sample_best"]["methods"]["probe"]["accuracy_delta"] >= -0.005

@@ -30,6 +30,8 @@ import json
 import time
 from pathlib import Path
 
+import numpy as np
+
 from certa.algorithms.collect import CollectConfig, collect_traces
 from certa.algorithms.datasets import load_dataset
 from certa.algorithms.equivalence import grade
@@ -40,6 +42,23 @@ from certa.cli import _load_policy
 from certa.runtime import Runtime, Threshold
 from certa.runtime.backends.llamacpp import LlamaCppBackend
 from certa.runtime.sim.traces import load_traces
+
+
+def ratio_cis(full: list[int], **spent: list[int]) -> dict[str, list[float]]:
+    """Bootstrap 95% CIs over problems of each ``spent / full`` token ratio, and of the paired
+    difference of the first two (problems resampled together, 10,000 resamples, seed 0)."""
+    rng, n = np.random.default_rng(0), len(full)
+    f, cols = np.array(full, dtype=float), {k: np.array(v, dtype=float) for k, v in spent.items()}
+    draws: dict[str, list[float]] = {k: [] for k in cols}
+    for _ in range(10_000):
+        i = rng.integers(0, n, n)
+        for k, v in cols.items():
+            draws[k].append(v[i].sum() / f[i].sum())
+    out = {k: [round(float(x), 4) for x in np.percentile(v, [2.5, 97.5])] for k, v in draws.items()}
+    a, b = list(draws)[:2]
+    out[f"{a}_minus_{b}"] = [round(float(x), 4)
+                             for x in np.percentile(np.array(draws[a]) - np.array(draws[b]), [2.5, 97.5])]
+    return out
 
 
 def lane_order(tokens: list[int], lanes: int) -> list[int]:
@@ -123,7 +142,10 @@ def main() -> None:
                           "correct": prog.is_correct()})
     seeded = Replayer(chosen, "sc", seed=args.seed, orders=16).run(policy)
     rows = asyncio.run(live(problems, policy, args, out.with_suffix(".live.jsonl")))
+    per_problem_full = [sum(s.tokens for s in t.samples) for t in chosen]
+    cis = ratio_cis(per_problem_full, live=[r["main"] for r in rows], replay_lane_order=[r["main"] for r in lane_runs])
     report = {
+        "ci95_over_problems": cis,
         "policy": policy.to_dict(), "model": chosen[0].model, "problems": [p.idx for p in problems],
         "samples": args.samples, "lanes": args.lanes, "max_tokens": args.max_tokens,
         "full_budget_tokens": full,
@@ -137,6 +159,7 @@ def main() -> None:
     print(json.dumps({k: v for k, v in report.items() if k not in ("replay_lane_order", "live")}))
     print("replay (lane order)  x%.3f" % report["replay_lane_order"]["token_ratio"])
     print("replay (seeded)      x%.3f" % report["replay_seeded_orders"]["token_ratio"])
+    print("95%% CIs over problems: %s" % json.dumps(cis))
     print("live (program)       x%.3f   live (engine, incl. aborted) x%.3f"
           % (report["live"]["token_ratio"], report["live"]["engine_token_ratio"]))
 

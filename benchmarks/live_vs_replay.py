@@ -35,6 +35,7 @@ import numpy as np
 from certa.algorithms.collect import CollectConfig, collect_traces
 from certa.algorithms.datasets import load_dataset
 from certa.algorithms.equivalence import grade
+from certa.algorithms.evalstats import bootstrap_ci
 from certa.algorithms.replay import ReplaySC, drive
 from certa.algorithms.replay_eval import Replayer
 from certa.algorithms.self_consistency import sc_program
@@ -44,21 +45,13 @@ from certa.runtime.backends.llamacpp import LlamaCppBackend
 from certa.runtime.sim.traces import load_traces
 
 
-def ratio_cis(full: list[int], **spent: list[int]) -> dict[str, list[float]]:
-    """Bootstrap 95% CIs over problems of each ``spent / full`` token ratio, and of the paired
-    difference of the first two (problems resampled together, 10,000 resamples, seed 0)."""
-    rng, n = np.random.default_rng(0), len(full)
-    f, cols = np.array(full, dtype=float), {k: np.array(v, dtype=float) for k, v in spent.items()}
-    draws: dict[str, list[float]] = {k: [] for k in cols}
-    for _ in range(10_000):
-        i = rng.integers(0, n, n)
-        for k, v in cols.items():
-            draws[k].append(v[i].sum() / f[i].sum())
-    out = {k: [round(float(x), 4) for x in np.percentile(v, [2.5, 97.5])] for k, v in draws.items()}
-    a, b = list(draws)[:2]
-    out[f"{a}_minus_{b}"] = [round(float(x), 4)
-                             for x in np.percentile(np.array(draws[a]) - np.array(draws[b]), [2.5, 97.5])]
-    return out
+def ratio_cis(full: list[int], live: list[int], replay: list[int]) -> dict[str, list[float]]:
+    """Bootstrap 95% CIs over problems (10,000 seeded resamples) of the live and replayed
+    ``spent / full`` token ratios and of their paired difference."""
+    f, lv, rp = (np.array(x, dtype=float) for x in (full, live, replay))
+    stats = {"live": lambda i: lv[i].sum() / f[i].sum(), "replay_lane_order": lambda i: rp[i].sum() / f[i].sum(),
+             "live_minus_replay_lane_order": lambda i: (lv[i].sum() - rp[i].sum()) / f[i].sum()}
+    return {k: [round(x, 4) for x in bootstrap_ci(stat, len(f), reps=10_000)] for k, stat in stats.items()}
 
 
 def lane_order(tokens: list[int], lanes: int) -> list[int]:
@@ -143,7 +136,7 @@ def main() -> None:
     seeded = Replayer(chosen, "sc", seed=args.seed, orders=16).run(policy)
     rows = asyncio.run(live(problems, policy, args, out.with_suffix(".live.jsonl")))
     per_problem_full = [sum(s.tokens for s in t.samples) for t in chosen]
-    cis = ratio_cis(per_problem_full, live=[r["main"] for r in rows], replay_lane_order=[r["main"] for r in lane_runs])
+    cis = ratio_cis(per_problem_full, [r["main"] for r in rows], [r["main"] for r in lane_runs])
     report = {
         "ci95_over_problems": cis,
         "policy": policy.to_dict(), "model": chosen[0].model, "problems": [p.idx for p in problems],

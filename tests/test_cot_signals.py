@@ -227,6 +227,26 @@ def test_default_cot_preset_is_never_worse_than_dynasors_presets_on_real_traces(
             f"{default.accuracy:.3f} / {default.mean_tokens:.1f}"
 
 
+def test_event_triggered_probing():
+    assert Grounded().probe_due("so 3 + 4 = 7") and not Grounded().probe_due("Let us think step by step")
+    assert not Grounded().probe_due("so 3 + 4 =") and Grounded().probe_due("so 3 + 4 =\n 7")  # value must start
+    assert Grounded().probe_due("```output\n12") and not Grounded().probe_due("```output\n")
+    assert Grounded("stated").probe_due("The answer is 7") and not Grounded().probe_due("The answer is 7")
+    assert ProbeAgreement(2).probe_due("") and Settled().probe_due("")
+    assert not AllOf(ProbeAgreement(2), Grounded()).probe_due("no result yet")
+
+
+async def test_live_cot_program_probes_only_when_due():
+    import certa as ct
+    from certa.algorithms.cot_probe import cot_program
+    chain = "words " * 40 + "so 9 * 2 = 18 dollars " + "words " * 40
+    b = ct.ScriptedBackend(responses=[chain], probe=lambda text, suffix: "18} \\\\]")
+    prog = cot_program(interval=16, max_tokens=256, signal=AllOf(ProbeAgreement(1), Grounded()))
+    r = await ct.Runtime(b).run(prog, question="9 * 2?")
+    assert r.exit_reason == "certaindex" and r.answer == "18"
+    assert len(r.state.probes) == 1 and r.tokens.main < 100  # one probe, right after the "= 18" chunk
+
+
 def test_oracle_bound_exits_at_the_first_probe_equal_to_the_final_answer():
     from certa.algorithms.replay_eval import Replayer
     p = parse_trace_line(json.dumps(LINE))

@@ -5,17 +5,19 @@ calibrates each certaindex method and each peer rule on the calibration part (fe
 with no accuracy loss there), and reports on the held-out part only:
 
 * SC — ``baseline-even`` (budgets 1..N samples), ``baseline-length`` (token budgets),
-  ``certaindex-threshold``, ``pareto``, ``esc``, ``adaptive-consistency``;
+  ``certaindex-threshold``, ``pareto``, ``esc``, ``adaptive-consistency``, and ``oracle-bound``
+  (each draw order stops at the fewest samples whose vote is already the vote of all N);
 * CoT — ``baseline-even`` (token budgets; a cut chain answers with one counted probe),
   Dynasor's rule (``probe-calibrated``, and its presets ``dynasor-mild`` ... ``dynasor-crazy``)
   side by side with certa's certaindex variants (``grounded``, ``confident``, ``progress``,
   ``settled`` and their AND ``certa-cot``, :mod:`~certa.algorithms.cot_grid`), with probe
   decode tokens counted (probe prefill reported apart), and ``certa-preset``: the default
   ``cot_program``'s fixed certaindex, as shipped (not calibrated). A variant the traces cannot support
-  (``confident`` without probe logprobs) is listed with ``skipped`` and the reason. Also
-  ``oracle-bound`` (marked ``"oracle": true``, never a target): each chain exits at its first
-  probe equal to its final answer — what no probe rule on the trace's probe grid can beat
-  without changing answers.
+  (``confident`` without probe logprobs) is listed with ``skipped`` and the reason, and
+  ``oracle-bound``: each chain exits at its first probe equal to its final answer.
+
+An ``oracle-bound`` (marked ``"oracle": true``, never a target) uses answers no live rule can
+know: what no stopping rule on the same draws / probe grid can beat without changing answers.
 
 Each method carries tokens, accuracy, ``token_ratio``/``accuracy_delta`` vs baseline-even at
 the full budget, ``iso_token_ratio`` vs baseline-even at matched accuracy, bootstrap 95% CIs,
@@ -44,7 +46,7 @@ from .cot_probe import CERTA_INTERVAL, PRESETS, certa_signal
 from .evalstats import compare
 from .replay_eval import ProgramKind, Replayer, Scores, check_traces
 
-__all__ = ["TARGETS", "bench_tokens", "plot"]
+__all__ = ["TARGETS", "bench_tokens", "candidate_label", "plot"]
 
 TARGETS: dict[str, dict[str, float]] = {"sc": {"token_ratio": 0.45, "accuracy_drop": 0.005},
                                         "cot": {"token_ratio": 0.75, "accuracy_drop": 0.005}}
@@ -109,6 +111,10 @@ def bench_tokens(problems: Sequence[TraceProblem], program: ProgramKind, *, cal_
         pts = [_point(Candidate("length", Length(b)), rep.run(Length(b)), even, reps, seed, f"{b} tokens")
                for b in budgets]
         methods["baseline-length"] = {**pts[-1], "curve": pts}
+        oracle = rep.oracle_sc()
+        methods["oracle-bound"] = {"label": "ORACLE: stop at the fewest samples whose vote is the vote of all",
+                                   "oracle": True, **compare(oracle, even, reps=reps, seed=seed),
+                                   "tokens_by_kind": oracle.summary()}
     for method in METHODS[program]:
         name = _NAMES.get(method, method)
         try:
@@ -120,9 +126,9 @@ def bench_tokens(problems: Sequence[TraceProblem], program: ProgramKind, *, cal_
         grid = candidates(rep, method, typical=calib.extra.get("typical_tokens"))
         shape = _shape(choice) if choice.method != "even" else _fallback_shape(method, grid)
         same = [c for c in grid if _shape(c) == shape]
-        pts = [_point(c, c.run(rep), even, reps, seed, _label(c)) for c in same]
+        pts = [_point(c, c.run(rep), even, reps, seed, candidate_label(c)) for c in same]
         held_choice = choice.run(rep)
-        methods[name] = {**_point(choice, held_choice, even, reps, seed, _label(choice)),
+        methods[name] = {**_point(choice, held_choice, even, reps, seed, candidate_label(choice)),
                          "calibration": calib.summary(), "tokens_by_kind": held_choice.summary(), "curve": pts}
     if program == "cot":
         oracle = rep.oracle_cot()
@@ -143,7 +149,7 @@ def bench_tokens(problems: Sequence[TraceProblem], program: ProgramKind, *, cal_
             c = Candidate("preset", Threshold(1.0, detect_at=1, every=1), k=sig.window, interval=CERTA_INTERVAL,
                           signal=sig)
             s = c.run(rep)
-            methods["certa-preset"] = {**_point(c, s, even, reps, seed, f"certa default ({_label(c)})"),
+            methods["certa-preset"] = {**_point(c, s, even, reps, seed, f"certa default ({candidate_label(c)})"),
                                        "tokens_by_kind": s.summary()}
     return {"program": program, "problems": len(problems), "calibration_problems": len(cal),
             "heldout_problems": len(held), "cal_fraction": cal_fraction, "seed": seed, "orders": orders,
@@ -161,7 +167,8 @@ def _signal_label(spec: dict[str, Any]) -> str:
     return f"{spec['kind']}({args})"
 
 
-def _label(c: Candidate) -> str:
+def candidate_label(c: Candidate) -> str:
+    """A short human label of a calibration candidate (its signal and interval, or its policy)."""
     if c.signal is not None:
         return f"{_signal_label(c.signal.to_dict())} T={c.interval}"
     p = c.policy.to_dict() if c.policy is not None else {}

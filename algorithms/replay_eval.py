@@ -30,9 +30,10 @@ from certa.runtime.errors import ConfigError, TraceFormatError
 from certa.runtime.policy import Policy
 from certa.runtime.sim.traces import TraceProblem
 
+from .clustering import majority
 from .cot_signals import CoTSignal
 from .equivalence import grade, math_equal
-from .replay import ReplayCoT, ReplaySC, drive, probed, sample_order
+from .replay import SAME, ReplayCoT, ReplaySC, drive, probed, sample_order
 
 __all__ = ["ProgramKind", "Replayer", "Scores", "check_traces", "trace_interval"]
 
@@ -192,13 +193,35 @@ class Replayer:
             on_program: Callable[[TraceProblem, ReplaySC | ReplayCoT], None] | None = None) -> Scores:
         """Replay ``policy`` on every problem (CoT: with certaindex ``signal``, default Dynasor's
         rule over ``k`` probes); ``on_program`` sees each finished program."""
+        return self._score(lambda p: self.programs(p, policy, k=k, interval=interval, signal=signal), on_program)
+
+    def oracle_sc(self) -> Scores:
+        """ORACLE bound for SC stopping (uses every drawn answer, unknowable live): each draw
+        order stops at the fewest samples whose majority vote already is the vote of all of
+        them. No stopping rule on these draw orders keeps every vote and draws fewer samples."""
+        if self.program != "sc":
+            raise ConfigError("the vote oracle applies to SC replays")
+
+        def shortest(problem: TraceProblem) -> list[ReplaySC | ReplayCoT]:
+            progs: list[ReplaySC | ReplayCoT] = []
+            for order in self._orders[str(problem.idx)]:
+                answers = [problem.samples[j].pred or "" for j in order]
+                final = majority(answers, same=SAME)[0]
+                n = next(n for n in range(1, len(order) + 1) if self._same_vote(majority(answers[:n], same=SAME)[0],
+                                                                                    final))
+                progs.append(ReplaySC(problem, order[:n], None, memo=self._memo))
+            return progs
+        return self._score(shortest)
+
+    def _score(self, programs: Callable[[TraceProblem], list[ReplaySC | ReplayCoT]],
+               on_program: Callable[[TraceProblem, ReplaySC | ReplayCoT], None] | None = None) -> Scores:
+        """Drive each problem's ``programs`` to their end; a problem scores the mean of its programs."""
         names = ("tokens", "correct", "main", "probe", "score", "prefill", "knob")
         cols: dict[str, list[float]] = {c: [] for c in names}
         exits: Counter = Counter()
         for problem in self.problems:
-            progs = self.programs(problem, policy, k=k, interval=interval, signal=signal)
             rows = []
-            for prog in progs:
+            for prog in programs(problem):
                 exits[drive(prog, self.backend)] += 1
                 t = prog.tokens
                 rows.append((t.total, float(prog.is_correct()), t.main, t.probe, t.score, t.prompt, prog.knob_value))
@@ -234,6 +257,9 @@ class Replayer:
         a = {name: np.array(v) for name, v in cols.items()}
         return Scores(idx=self.idx, tokens=a["tokens"], correct=a["correct"], main=a["main"], probe=a["probe"],
                       score=np.zeros(len(self.problems)), prefill=a["prefill"], knob=a["main"], exits=dict(exits))
+
+    def _same_vote(self, a: str | None, b: str | None) -> bool:
+        return a == b or bool(a and b and self._same(a, b))
 
     def _same(self, a: str, b: str) -> bool:
         key = ("same", a, b)

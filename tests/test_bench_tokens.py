@@ -32,7 +32,7 @@ def sc_report(problems):
 def test_sc_methods_and_heldout_only(problems, sc_report):
     r = sc_report
     assert set(r["methods"]) == {"baseline-even", "baseline-length", "certaindex-threshold", "pareto", "esc",
-                                 "adaptive-consistency"}
+                                 "adaptive-consistency", "oracle-bound"}
     _, held = split_problems(problems, 0.5, seed=0)
     assert r["heldout_idx"] == [p.idx for p in held] and r["heldout_problems"] == len(held)
     full = sum(sum(s.tokens for s in p.samples) for p in held) / len(held)
@@ -43,8 +43,10 @@ def test_sc_methods_and_heldout_only(problems, sc_report):
         assert m["token_ratio"] == pytest.approx(m["tokens"] / even["tokens"], rel=1e-5), name
         assert m["accuracy_delta"] == pytest.approx(m["accuracy"] - even["accuracy"], abs=1e-5)
         assert set(m["ci95"]) == {"accuracy_delta", "token_ratio", "iso_token_ratio"}
-        if not name.startswith("baseline"):
+        if not name.startswith(("baseline", "oracle")):
             assert m["calibration"]["accuracy_delta"] >= 0 and m["policy"]["kind"]
+    oracle = r["methods"]["oracle-bound"]  # keeps every vote with the fewest samples
+    assert oracle["oracle"] and oracle["accuracy_delta"] == 0 and oracle["token_ratio"] < 1.0
     assert r["targets"]["token_ratio"] == 0.45 and isinstance(r["targets"]["met"], bool)
 
 

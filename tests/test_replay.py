@@ -192,6 +192,29 @@ def test_replayer_averages_orders_per_problem():
     assert early.mean_tokens < full.mean_tokens and sum(early.exits.values()) == 3 * len(problems)
 
 
+def test_sc_oracle_stops_at_the_fewest_samples_that_already_give_the_final_vote():
+    p = problem([10, 20, 30, 40, 50, 60], ["7", "18", "18.0", "7", "18", ""],  # all six vote "18" ("18.0" too)
+                correct=[False, True, True, False, True, False])
+
+    def vote(preds):  # largest cluster of non-empty answers, ties to the one seen first
+        keys = [x.replace(".0", "") for x in preds if x]
+        return max(dict.fromkeys(keys), key=lambda a: (keys.count(a), -keys.index(a)))
+
+    rep = Replayer([p], "sc", orders=4, seed=3)
+    oracle, full = rep.oracle_sc(), rep.run(None)
+    expected = []
+    for r in range(4):
+        order = sample_order(p, 3, r)
+        preds = [p.samples[j].pred for j in order]
+        n = next(n for n in range(1, 7) if any(preds[:n]) and vote(preds[:n]) == "18")
+        expected.append(sum(p.samples[j].tokens for j in order[:n]))
+    assert oracle.main[0] == pytest.approx(sum(expected) / 4) and oracle.main[0] < full.main[0]
+    assert oracle.correct[0] == full.correct[0] == 1.0
+    cot = problem([20], ["18"], probes={0: [{"at": 16, "answer": "18"}]})
+    with pytest.raises(ConfigError, match="SC replays"):
+        Replayer([cot], "cot").oracle_sc()
+
+
 def test_every_problem_gets_the_same_sample_budget():
     a = problem([10, 10, 10], ["1", "1", "2"], idx=0)
     b = problem([5, 5, 5, 5, 5], ["1", "2", "3", "4", "5"], idx=1)

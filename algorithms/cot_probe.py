@@ -61,8 +61,10 @@ def certa_signal(k: int = 3) -> CoTSignal:
     Chosen on GSM8K dev traces of Qwen2.5-Coder-1.5B (80 problems, every variant of
     :mod:`~certa.algorithms.cot_grid` replayed): no grounded/confidence/progress variant decoded
     fewer tokens at this rule's accuracy (0.93x full chains, -0.9 pt; docs/evaluation.md), so
-    the default stays the rule that measured best; calibrate (``certa calibrate --program
-    cot``) to pick a variant for another model."""
+    the default stays the rule that measured best. On MATH-500 dev traces of the same model it
+    costs accuracy (0.80x at -5.5 pt held-out), and no fixed rule of ``benchmarks/cot_default.py``
+    saves tokens on both datasets at equal accuracy: calibrate (``certa calibrate --program
+    cot``) for another model or dataset."""
     return AllOf(ProbeAgreement(k), Settled())
 
 

@@ -4,7 +4,8 @@ A fixed default cannot learn a dataset's typical chain length, so its grid holds
 evidence that means the same on any dataset: Dynasor's agreement of the last ``k`` probes AND
 no hesitation in the chain's text (the preset's structure), optionally AND the answer is
 grounded in the text (``computed`` / ``stated``) and/or AND the model's probability of its
-probed answer is at least ``p``; a probe every ``T`` tokens. For each trace set the problems
+probed answer is at least ``p``; a probe every ``T`` tokens (the traces' probe interval and
+twice it: 32 and 64 for certa's traces). For each trace set the problems
 are split as ``certa calibrate`` splits them (``--cal-fraction``, ``--seed``):
 
 - **calibration halves**: a candidate is feasible when it loses no chain's correctness vs
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 from pathlib import Path
 
 from certa.algorithms.bench_tokens import candidate_label
@@ -109,7 +111,8 @@ def main() -> None:
     args = ap.parse_args()
     sets = [TraceSet(p, load_traces(p if Path(p).exists() else ROOT / p), args.cal_fraction, args.seed)
             for p in args.traces]
-    cands = grid(logprobs=all(s.logprobs for s in sets))
+    iv = math.lcm(*(s.parts["calibration"][0].interval for s in sets))  # probes exist every iv tokens
+    cands = grid(logprobs=all(s.logprobs for s in sets), intervals=(iv, 2 * iv))
     pick, rows = choose(sets, cands)
     current = Candidate("default", FIRST, k=certa_signal().window, interval=CERTA_INTERVAL, signal=certa_signal())
     report: dict = {"traces": args.traces, "cal_fraction": args.cal_fraction, "seed": args.seed,
@@ -120,6 +123,9 @@ def main() -> None:
     shown = {"current-default": current, **({"pick": pick} if pick is not None else {}),
              **{f"dynasor-{n}": Candidate("preset", FIRST, k=k, interval=t) for n, (k, t) in PRESETS.items()}}
     for name, c in shown.items():
+        if c.interval % iv:
+            print(f"held-out {name}: skipped, its interval {c.interval} is not a multiple of the traces' {iv}")
+            continue
         scores = {s.path: s.score(c, "heldout", reps=args.reps, seed=args.seed) for s in sets}
         report["heldout"][name] = {"label": candidate_label(c), **scores}
         figs = "  ".join(f"{Path(p).name.split('_')[0]} x{r['token_ratio']:.3f} {100 * r['accuracy_delta']:+.1f} pt"

@@ -28,7 +28,7 @@ import math
 from pathlib import Path
 
 from certa.algorithms.bench_tokens import candidate_label
-from certa.algorithms.calibration import Candidate, even_ladder, split_problems
+from certa.algorithms.calibration import Candidate, check_not_reserved, even_ladder, split_problems
 from certa.algorithms.cot_grid import has_logprobs
 from certa.algorithms.cot_probe import CERTA_INTERVAL, PRESETS, certa_signal
 from certa.algorithms.cot_signals import AllOf, Confident, CoTSignal, Grounded, ProbeAgreement, Settled
@@ -66,6 +66,7 @@ class TraceSet:
             raise ConfigError(f"{path}: needs at least 2 problems with probed chains")
         self.logprobs = has_logprobs(problems)
         cal, held = split_problems(problems, cal_fraction, seed)
+        check_not_reserved(cal, None)  # the trace's own `dataset` field says which rows are reserved
         self.parts = {}
         for name, part in (("calibration", cal), ("heldout", held)):
             rep = Replayer(part, "cot", seed=seed)
@@ -77,8 +78,8 @@ class TraceSet:
         s = c.run(rep)
         full = even[-1]
         out = {"accuracy_delta": round(s.accuracy - full.accuracy, 6),
-               "token_ratio": round(s.mean_tokens / full.mean_tokens, 6)}
-        out["feasible"] = bool(s.correct.sum() >= full.correct.sum() - 1e-9)
+               "token_ratio": round(s.mean_tokens / full.mean_tokens, 6),
+               "feasible": bool(s.correct.sum() >= full.correct.sum() - 1e-9)}  # calibrate()'s rule
         if reps:
             cmp = compare(s, even, reps=reps, seed=seed)
             out["ci95"] = {k: cmp["ci95"][k] for k in ("accuracy_delta", "token_ratio")}

@@ -55,3 +55,14 @@ def test_cli_writes_the_report(bench, tmp_path, monkeypatch, capsys):
     assert held["label"].startswith("agree(3) & settled") and set(held) == {"label", *paths}
     assert {"ci95", "accuracy", "problems"} <= set(held[paths[0]])
     assert "pick:" in capsys.readouterr().out
+
+
+def test_reserved_rows_are_refused(bench):
+    from certa.runtime.errors import DatasetError
+    from certa.runtime.sim.traces import parse_trace_line
+    chains = synth_traces(6, seed=0, samples=4, probed=3, interval=32, mean_tokens=300, max_tokens=512)
+    lines = [json.loads(p.model_dump_json(exclude_none=True)) for p in chains]
+    probs = [parse_trace_line(json.dumps({**x, "idx": 800 + i, "dataset": "gsm8k"}))  # GSM8K idx >= 800: reserved
+             for i, x in enumerate(lines)]
+    with pytest.raises(DatasetError, match="reserved"):
+        bench.TraceSet("reserved", probs, 0.5, 0)

@@ -46,7 +46,7 @@ from .cot_probe import CERTA_INTERVAL, PRESETS, certa_signal
 from .evalstats import compare
 from .replay_eval import ProgramKind, Replayer, Scores, check_traces
 
-__all__ = ["TARGETS", "bench_tokens", "candidate_label", "plot"]
+__all__ = ["TARGETS", "bench_tokens", "candidate_label", "plot", "preset_candidates"]
 
 TARGETS: dict[str, dict[str, float]] = {"sc": {"token_ratio": 0.45, "accuracy_drop": 0.005},
                                         "cot": {"token_ratio": 0.75, "accuracy_drop": 0.005}}
@@ -135,28 +135,33 @@ def bench_tokens(problems: Sequence[TraceProblem], program: ProgramKind, *, cal_
         methods["oracle-bound"] = {"label": "ORACLE: exit at the first probe that equals the chain's final answer",
                                    "oracle": True, **compare(oracle, even, reps=reps, seed=seed),
                                    "tokens_by_kind": oracle.summary()}
-        for preset, (k, t) in PRESETS.items():
-            if t % rep.interval:
-                skip = f"interval {t} is not a multiple of the trace's {rep.interval}"
-                methods[f"dynasor-{preset}"] = {"skipped": skip}
+        for name, c in preset_candidates().items():
+            if c.interval % rep.interval:
+                if c.signal is None:  # a Dynasor preset the trace cannot replay says why
+                    skip = f"interval {c.interval} is not a multiple of the trace's {rep.interval}"
+                    methods[name] = {"skipped": skip}
                 continue
-            c = Candidate("preset", Threshold(1.0, detect_at=1, every=1), k=k, interval=t)
-            s = rep.run(c.policy, k=k, interval=t)
-            methods[f"dynasor-{preset}"] = {**_point(c, s, even, reps, seed, f"{preset} (k={k}, T={t})"),
-                                            "tokens_by_kind": s.summary()}
-        if CERTA_INTERVAL % rep.interval == 0:  # the default program's fixed preset, never calibrated
-            sig = certa_signal()
-            c = Candidate("preset", Threshold(1.0, detect_at=1, every=1), k=sig.window, interval=CERTA_INTERVAL,
-                          signal=sig)
             s = c.run(rep)
-            methods["certa-preset"] = {**_point(c, s, even, reps, seed, f"certa default ({candidate_label(c)})"),
-                                       "tokens_by_kind": s.summary()}
+            label = f"certa default ({candidate_label(c)})" if c.signal is not None else \
+                f"{name.removeprefix('dynasor-')} (k={c.k}, T={c.interval})"
+            methods[name] = {**_point(c, s, even, reps, seed, label), "tokens_by_kind": s.summary()}
     return {"program": program, "problems": len(problems), "calibration_problems": len(cal),
             "heldout_problems": len(held), "cal_fraction": cal_fraction, "seed": seed, "orders": orders,
             "bootstrap_reps": reps, "models": sorted({p.model for p in problems}),
             "samples_per_problem": rep.n_samples if program == "sc" else None,
             "interval": rep.interval if program == "cot" else None,
             "heldout_idx": [p.idx for p in held], "methods": methods, "targets": _targets(program, methods)}
+
+
+def preset_candidates() -> dict[str, Candidate]:
+    """The fixed CoT rules as shipped, never calibrated: ``dynasor-<preset>`` for each of Dynasor's
+    presets (its rule over k probes) and ``certa-preset``, the default ``cot_program``'s certaindex;
+    each stops the first time its signal reaches 1.0."""
+    first = Threshold(1.0, detect_at=1, every=1)
+    out = {f"dynasor-{n}": Candidate("preset", first, k=k, interval=t) for n, (k, t) in PRESETS.items()}
+    sig = certa_signal()
+    out["certa-preset"] = Candidate("preset", first, k=sig.window, interval=CERTA_INTERVAL, signal=sig)
+    return out
 
 
 def _signal_label(spec: dict[str, Any]) -> str:

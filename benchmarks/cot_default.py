@@ -27,10 +27,9 @@ import json
 import math
 from pathlib import Path
 
-from certa.algorithms.bench_tokens import candidate_label
+from certa.algorithms.bench_tokens import candidate_label, preset_candidates
 from certa.algorithms.calibration import Candidate, check_not_reserved, even_ladder, split_problems
 from certa.algorithms.cot_grid import has_logprobs
-from certa.algorithms.cot_probe import CERTA_INTERVAL, PRESETS, certa_signal
 from certa.algorithms.cot_signals import AllOf, Confident, CoTSignal, Grounded, ProbeAgreement, Settled
 from certa.algorithms.evalstats import compare
 from certa.algorithms.replay_eval import Replayer
@@ -115,14 +114,14 @@ def main() -> None:
     iv = math.lcm(*(s.parts["calibration"][0].interval for s in sets))  # probes exist every iv tokens
     cands = grid(logprobs=all(s.logprobs for s in sets), intervals=(iv, 2 * iv))
     pick, rows = choose(sets, cands)
-    current = Candidate("default", FIRST, k=certa_signal().window, interval=CERTA_INTERVAL, signal=certa_signal())
     report: dict = {"traces": args.traces, "cal_fraction": args.cal_fraction, "seed": args.seed,
                     "rule": "no chain lost on any calibration half; lowest mean token ratio over the sets",
                     "candidates": len(cands), "feasible": sum(r["feasible"] for r in rows),
                     "pick": None if pick is None else {"label": candidate_label(pick), **pick.params()},
                     "heldout": {}, "grid": rows}
-    shown = {"current-default": current, **({"pick": pick} if pick is not None else {}),
-             **{f"dynasor-{n}": Candidate("preset", FIRST, k=k, interval=t) for n, (k, t) in PRESETS.items()}}
+    presets = preset_candidates()
+    shown = {"current-default": presets.pop("certa-preset"), **({"pick": pick} if pick is not None else {}),
+             **presets}
     for name, c in shown.items():
         if c.interval % iv:
             print(f"held-out {name}: skipped, its interval {c.interval} is not a multiple of the traces' {iv}")

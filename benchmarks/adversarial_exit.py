@@ -45,8 +45,8 @@ from typing import Any
 
 import certa as ct
 from certa.algorithms.answers import extract_answer
-from certa.algorithms.cot_probe import cot_program
-from certa.algorithms.self_consistency import sc_program
+from certa.algorithms.programs.cot_probe import cot_program
+from certa.algorithms.programs.self_consistency import sc_program
 from certa.algorithms.signals import HESITATION_WORDS, probe_consistency
 from certa.runtime.policy import Even
 

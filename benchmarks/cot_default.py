@@ -27,15 +27,15 @@ import json
 import math
 from pathlib import Path
 
-from certa.algorithms.bench_tokens import candidate_label, preset_candidates
-from certa.algorithms.calibration import Candidate, check_not_reserved, even_ladder, split_problems
-from certa.algorithms.cot_grid import has_logprobs
-from certa.algorithms.cot_signals import AllOf, Confident, CoTSignal, Grounded, ProbeAgreement, Settled
-from certa.algorithms.evalstats import compare
-from certa.algorithms.replay_eval import Replayer
+from certa.eval.bench_tokens import candidate_label, preset_candidates
+from certa.eval.calibration import Candidate, check_not_reserved, even_ladder, split_problems
+from certa.eval.cot_grid import has_logprobs
+from certa.algorithms.signals.cot import AllOf, Confident, CoTSignal, Grounded, ProbeAgreement, Settled
+from certa.eval.evalstats import compare
+from certa.eval.replay_eval import Replayer
 from certa.runtime.errors import ConfigError
 from certa.runtime.policy import Threshold
-from certa.runtime.sim.traces import load_traces
+from certa.eval.traces import load_traces
 
 ROOT = Path(__file__).resolve().parents[1]
 FIRST = Threshold(1.0, detect_at=1, every=1)  # stop the first time the signal reaches 1.0

@@ -3,7 +3,7 @@
 On every probed chain of a trace file (the documented JSONL format, probes with ``chars``):
 
 - where the chain's *text* first produces its final answer (the right-hand side of an ``=``,
-  a code output block or "answer is": :class:`~certa.algorithms.cot_signals.Grounded`), as a
+  a code output block or "answer is": :class:`~certa.algorithms.signals.cot.Grounded`), as a
   fraction of the chain — what is left after it is all a text-grounded rule could save;
 - ORACLE exits (they use each chain's final answer, unknowable live): the first probe that
   equals it, paying that probe only (``Replayer.oracle_cot``), or paying every probe a live
@@ -29,15 +29,15 @@ import json
 import statistics
 from pathlib import Path
 
-from certa.algorithms.calibration import METHODS, candidates
-from certa.algorithms.cot_signals import ChainView, Grounded
-from certa.algorithms.equivalence import math_equal
-from certa.algorithms.replay import probed
-from certa.algorithms.replay_eval import Replayer, trace_interval
+from certa.eval.calibration import METHODS, candidates
+from certa.algorithms.signals.cot import ChainView, Grounded
+from certa.algorithms.answers.equivalence import math_equal
+from certa.eval.replay import probed
+from certa.eval.replay_eval import Replayer, trace_interval
 from certa.algorithms.signals import ProbeObs
-from certa.runtime.backends.replay import probe_cost, text_at
+from certa.eval.replay_backend import probe_cost, text_at
 from certa.runtime.errors import ConfigError
-from certa.runtime.sim.traces import load_traces
+from certa.eval.traces import load_traces
 
 GROUNDED = Grounded("stated")
 

@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 import llama_cpp as lc
-from certa.runtime.backends.llamacpp import LlamaCppBackend
+from certa.runtime.backends.llamacpp.backend import LlamaCppBackend
 from certa.runtime.types import GenRequest
 
 SYSTEM = "Please reason step by step, and put your final answer within \\boxed{}."

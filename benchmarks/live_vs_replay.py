@@ -32,17 +32,17 @@ from pathlib import Path
 
 import numpy as np
 
-from certa.algorithms.collect import CollectConfig, collect_traces
-from certa.algorithms.datasets import load_dataset
-from certa.algorithms.equivalence import grade
-from certa.algorithms.evalstats import bootstrap_ci
-from certa.algorithms.replay import ReplaySC, drive
-from certa.algorithms.replay_eval import Replayer
-from certa.algorithms.self_consistency import sc_program
+from certa.eval.collect import CollectConfig, collect_traces
+from certa.eval.datasets import load_dataset
+from certa.algorithms.answers.equivalence import grade
+from certa.eval.evalstats import bootstrap_ci
+from certa.eval.replay import ReplaySC, drive
+from certa.eval.replay_eval import Replayer
+from certa.algorithms.programs.self_consistency import sc_program
 from certa.cli import _load_policy
 from certa.runtime import Runtime, Threshold
-from certa.runtime.backends.llamacpp import LlamaCppBackend
-from certa.runtime.sim.traces import load_traces
+from certa.runtime.backends.llamacpp.backend import LlamaCppBackend
+from certa.eval.traces import load_traces
 
 
 def ratio_cis(full: list[int], live: list[int], replay: list[int]) -> dict[str, list[float]]:

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from certa.cli_sim import plot_sweep, print_summary, simulate_workload
 from certa.runtime.errors import CertaError
-from certa.runtime.schedulers import POLICIES
+from certa.runtime.scheduling.policies import POLICIES
 from certa.runtime.sim.workload import ProgramConfig
 
 ABLATIONS = {

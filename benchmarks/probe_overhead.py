@@ -27,7 +27,7 @@ import sys
 import time
 from pathlib import Path
 
-from certa.runtime.backends.llamacpp import LlamaCppBackend
+from certa.runtime.backends.llamacpp.backend import LlamaCppBackend
 from certa.runtime.sim.fit import fit_cost_model
 from certa.runtime.types import GenRequest
 

@@ -30,7 +30,7 @@ import statistics
 import time
 from typing import Any
 
-from certa.algorithms.library import build
+from certa.algorithms.programs.library import build
 from certa.runtime import ScriptedBackend
 from certa.serve import Server
 from certa.serve.launch import start_background

@@ -31,12 +31,12 @@ import time
 from pathlib import Path
 
 from certa.runtime import Knob, Program, Runtime
-from certa.runtime.backends.llamacpp import LlamaCppBackend
+from certa.runtime.backends.llamacpp.backend import LlamaCppBackend
 from certa.runtime.sim.cost_model import save_records
 from certa.runtime.sim.engine import EngineConfig
 from certa.runtime.sim.fit import fit_cost_model, iteration_errors, validate
 from certa.runtime.sim.simulator import simulate
-from certa.runtime.sim.traces import Sample, TraceProblem
+from certa.eval.traces import Sample, TraceProblem
 from certa.runtime.sim.workload import ProgramConfig, ProgramSpec
 from certa.runtime.types import GenRequest
 

@@ -17,11 +17,11 @@ import argparse
 import json
 from pathlib import Path
 
-from certa.algorithms.bench_tokens import bench_tokens, plot
-from certa.algorithms.calibration import calibrate_split
-from certa.algorithms.replay import probed
-from certa.algorithms.replay_eval import trace_interval
-from certa.runtime.sim.traces import load_traces
+from certa.eval.bench_tokens import bench_tokens, plot
+from certa.eval.calibration import calibrate_split
+from certa.eval.replay import probed
+from certa.eval.replay_eval import trace_interval
+from certa.eval.traces import load_traces
 
 
 def main() -> None:

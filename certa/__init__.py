@@ -13,7 +13,8 @@ from certa.runtime import (AdmissionLimits, Backend, Capabilities, CertaError, C
                            RuntimeLimits, Scheduler, SchedulingPolicy, ScriptedBackend, Threshold, TokenUsage,
                            run_blocking)
 
-from certa.algorithms import answers, equivalence, prompts, signals
+from certa.algorithms import answers, prompts, signals
+from certa.algorithms.answers import equivalence
 from certa.algorithms.prompts import prompt
 
 __version__ = "0.1.0"

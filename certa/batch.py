@@ -108,7 +108,7 @@ class Journal:
 def grade_row(problem: Any, result: Result) -> bool | None:
     if problem.gold is None or result.answer is None:
         return None if problem.gold is None else False
-    from certa.algorithms.equivalence import grade
+    from certa.algorithms.answers.equivalence import grade
     return bool(grade(str(result.answer), str(problem.gold), problem.dataset))
 
 

@@ -42,7 +42,7 @@ def make_runtime(backend: str, model: Optional[str], scheduler: str = "fcfs", **
         kwargs["model" if backend == "llamacpp" else "model_path"] = model
     sched = None
     if scheduler != "fcfs":
-        from certa.runtime.schedulers import make_policy
+        from certa.runtime.scheduling.policies import make_policy
         sched = Scheduler(policy=make_policy(scheduler))
     return Runtime(backend, scheduler=sched, **kwargs)
 
@@ -171,7 +171,7 @@ def _load_policy(path: str):
 
 def _run(target, dataset, idx, limit, backend, model, url, policy, scheduler, concurrency, journal, resume,
          json_out, record=None) -> None:
-    from certa.algorithms.datasets import load_dataset
+    from certa.eval.datasets import load_dataset
     from certa.batch import Journal, run_dataset
     from certa.loading import load_target
     from certa.progress import BatchProgress

@@ -50,7 +50,7 @@ def _program(name: str) -> str:
 
 
 def _load(path: str):
-    from certa.runtime.sim.traces import load_traces
+    from certa.eval.traces import load_traces
     return load_traces(path)
 
 
@@ -81,7 +81,7 @@ def calibrate(
     Example: certa calibrate --program sc --traces t.jsonl --cal-fraction 0.5 --seed 0 --out policy.json
     """
     try:
-        from certa.algorithms.calibration import calibrate_split
+        from certa.eval.calibration import calibrate_split
         result = calibrate_split(_load(traces), _program(program), cal_fraction=cal_fraction, seed=seed,
                                  method=method, orders=orders, dataset=dataset, reps=reps)
         result["traces"] = str(traces)
@@ -136,7 +136,7 @@ def bench_tokens(
     Example: certa bench tokens --program sc --traces t.jsonl --json sc.json --png sc.png
     """
     try:
-        from certa.algorithms.bench_tokens import bench_tokens as run_bench, plot
+        from certa.eval.bench_tokens import bench_tokens as run_bench, plot
         report = run_bench(_load(traces), _program(program), cal_fraction=cal_fraction, seed=seed, orders=orders,
                            dataset=dataset, reps=reps)
         report["traces"] = str(traces)
@@ -186,8 +186,8 @@ def collect(
     Example: certa traces collect --dataset gsm8k --idx 0:80 --samples 16 --probe-samples 4 --out t.jsonl
     """
     try:
-        from certa.algorithms.collect import CollectConfig, collect_traces
-        from certa.algorithms.datasets import load_dataset
+        from certa.eval.collect import CollectConfig, collect_traces
+        from certa.eval.datasets import load_dataset
         cfg = CollectConfig(samples=samples, probe_samples=probe_samples, interval=probe_interval,
                             max_tokens=max_tokens, seed=seed)
         problems = _at_levels(load_dataset(dataset, idx=idx), levels)
@@ -229,11 +229,11 @@ def _progress(row: dict) -> None:
 
 def _factory(backend: str, model: Optional[str], cfg: Any, threads: Optional[int]):
     if backend == "scripted":
-        from certa.runtime.backends.scripted import ScriptedBackend
+        from certa.runtime.backends.testing.scripted import ScriptedBackend
         return lambda: ScriptedBackend(probe=lambda text, suffix: "1} \\]")
     if backend != "llamacpp":
         raise ConfigError(f"traces collect runs on llamacpp (or the scripted fake), not {backend!r}")
-    from certa.runtime.backends.llamacpp import LlamaCppBackend
+    from certa.runtime.backends.llamacpp.backend import LlamaCppBackend
     n_ctx = cfg.samples * (cfg.max_tokens + cfg.probe_tokens + 64) + 2048
     return lambda: LlamaCppBackend(model, n_seq=cfg.samples, n_ctx=n_ctx, n_threads=threads, seed=cfg.seed)
 

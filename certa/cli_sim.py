@@ -31,7 +31,7 @@ from certa.runtime.sim.cost_model import load_records
 from certa.runtime.sim.fit import FitReport, fit_cost_model
 from certa.runtime.sim.sweep import SweepSpec, run_sweep
 from certa.runtime.sim.synth import synth_traces
-from certa.runtime.sim.traces import load_traces
+from certa.eval.traces import load_traces
 from certa.runtime.sim.workload import ProgramConfig
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,

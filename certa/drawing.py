@@ -13,7 +13,7 @@ so drawings also work in scripts, CI and docs. The certaindex trajectory plot is
 
 Example:
     >>> import tempfile, pathlib
-    >>> from certa.algorithms.library import build
+    >>> from certa.algorithms.programs.library import build
     >>> out = draw_png(build("mcts"), pathlib.Path(tempfile.mkdtemp()) / "mcts.png")
     >>> out.stat().st_size > 1000
     True
@@ -31,8 +31,8 @@ from certa.dsl.drawing import step_label_parts
 from certa.dsl.graph import END, START
 from certa.runtime.errors import ConfigError
 
-from .plots import new_figure, plot_certaindex, save_figure
-from .tree_drawing import chosen_path, draw_tree, tree_layout
+from certa.plots import new_figure, plot_certaindex, save_figure
+from certa.tree_drawing import chosen_path, draw_tree, tree_layout
 
 if TYPE_CHECKING:  # pragma: no cover
     from matplotlib.figure import Figure

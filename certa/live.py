@@ -14,7 +14,7 @@ Example (in a notebook cell)::
 Without Jupyter (prints to ``out``):
 
     >>> import io, certa as ct
-    >>> from certa.algorithms.library import build
+    >>> from certa.algorithms.programs.library import build
     >>> rt = ct.Runtime(ct.ScriptedBackend(responses=["\\\\boxed{4}"]))
     >>> with LiveTable(rt, mode="text", out=io.StringIO()) as live:
     ...     r = rt.run_sync(build("sc", cap=8), question="2+2?")

@@ -15,7 +15,7 @@ from certa.runtime.program import Program
 def load_target(target: str, options: dict[str, Any] | None = None) -> Any:
     """Return a runnable (compiled graph, Program class or factory result) for ``target``.
 
-    ``target`` is a built-in program name from :mod:`certa.algorithms.library` (``sc``,
+    ``target`` is a built-in program name from :mod:`certa.algorithms.programs.library` (``sc``,
     ``cot``, ...) or ``path/to/file.py:attribute`` (``:attribute`` defaults to ``program``).
     ``options`` are factory keywords for a built-in program (a calibrated policy file's
     ``program`` section: e.g. CoT's ``k``, ``interval`` and ``signal``).
@@ -39,7 +39,7 @@ def load_target(target: str, options: dict[str, Any] | None = None) -> Any:
         return obj() if callable(obj) and not hasattr(obj, "new") and not (
             isinstance(obj, type) and issubclass(obj, Program)) else obj
     try:
-        library = importlib.import_module("certa.algorithms.library")
+        library = importlib.import_module("certa.algorithms.programs.library")
     except ImportError:
         library = None
     names = sorted(getattr(library, "PROGRAMS", {})) if library else []

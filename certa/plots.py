@@ -7,7 +7,7 @@ Every function returns a matplotlib ``Figure`` (it shows inline in Jupyter) and,
 
 Example:
     >>> import certa as ct
-    >>> from certa.algorithms.library import build
+    >>> from certa.algorithms.programs.library import build
     >>> r = ct.Runtime(ct.ScriptedBackend(responses=["\\\\boxed{4}"])).run_sync(build("sc"), question="2+2?")
     >>> fig = plot_certaindex(r, threshold=0.55)
     >>> fig.axes[0].get_ylabel()
@@ -184,7 +184,7 @@ def plot_tokens_accuracy(report: dict[str, Any], path: str | os.PathLike[str] | 
                          title: str | None = None) -> "Figure":
     """Accuracy vs decode tokens per problem, one curve per method, from a token benchmark report.
 
-    ``report`` is what :func:`certa.algorithms.bench_tokens.bench_tokens` returns (the JSON of
+    ``report`` is what :func:`certa.eval.bench_tokens.bench_tokens` returns (the JSON of
     ``certa bench tokens``). Baselines are drawn as curves; each calibrated method as its
     curve (thin) with the calibrated choice as a star, labelled with its token ratio and
     accuracy change against baseline-even at the full budget.

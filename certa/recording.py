@@ -7,7 +7,7 @@ a finished problem, the recorder writes its trace line — ``idx``, ``gold``, ``
 ``interval`` (probe spacing, None without probes), ``dataset`` and the samples with
 ``tokens``, ``finished``, ``pred``, ``correct``, ``text``, ``seed`` (and ``probes`` with
 ``at``, ``answer``, ``text``, ``tokens``, ``prompt_tokens``) — fsynced, one line per problem
-(:class:`~certa.algorithms.collect.TraceFile`: a rerun skips problems already recorded).
+(:class:`~certa.eval.collect.TraceFile`: a rerun skips problems already recorded).
 
 What is recorded is what ran: samples an early exit cancelled are absent and an early-exited
 CoT chain ends where it stopped. Record with a full-budget policy (``--policy`` with
@@ -16,8 +16,8 @@ CoT chain ends where it stopped. Record with a full-budget policy (``--policy`` 
 Example:
     >>> import asyncio, os, tempfile
     >>> from certa.runtime import Runtime, ScriptedBackend
-    >>> from certa.algorithms.self_consistency import sc_program
-    >>> from certa.algorithms.datasets import Problem
+    >>> from certa.algorithms.programs.self_consistency import sc_program
+    >>> from certa.eval.datasets import Problem
     >>> from certa.batch import run_dataset
     >>> rt = Runtime(ScriptedBackend(responses=["so \\boxed{4}"]))
     >>> path = os.path.join(tempfile.mkdtemp(), "rec.jsonl")
@@ -37,8 +37,8 @@ from pathlib import Path
 from typing import Any
 
 from certa.algorithms.answers import extract_answer, extract_probe_answer
-from certa.algorithms.collect import TraceFile
-from certa.algorithms.equivalence import grade
+from certa.eval.collect import TraceFile
+from certa.algorithms.answers.equivalence import grade
 from certa.runtime.backends.base import Backend, Sequence
 from certa.runtime.runtime import Runtime
 from certa.runtime.types import GenRequest, GenResult, ScoreRequest, ScoreResult

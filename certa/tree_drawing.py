@@ -1,11 +1,11 @@
 """Draw an executed search tree (MCTS, REBASE): rewards, visits, answers and the chosen path.
 
 The tree is the plain data the programs keep in ``state.nodes`` (a list of
-:class:`certa.algorithms.tree.Node`, ``nodes[0]`` the root). Use it through
+:class:`certa.algorithms.programs.tree.Node`, ``nodes[0]`` the root). Use it through
 :mod:`certa.drawing` (``from certa.drawing import draw_tree``).
 
 Example:
-    >>> from certa.algorithms.tree import Node, grow
+    >>> from certa.algorithms.programs.tree import Node, grow
     >>> tree = grow([Node(id=0, visits=2)], [Node(parent=0, depth=1, text="a", reward=0.9),
     ...                                      Node(parent=0, depth=1, text="b", reward=0.2)])
     >>> tree = grow(tree, [Node(parent=1, depth=2, text="so 4", terminal=True, answer="4", reward=0.8)])
@@ -23,12 +23,12 @@ from typing import TYPE_CHECKING, Any
 
 from certa.runtime.errors import ConfigError
 
-from .plots import new_figure, save_figure
+from certa.plots import new_figure, save_figure
 
 if TYPE_CHECKING:  # pragma: no cover
     from matplotlib.figure import Figure
 
-    from certa.algorithms.tree import Node
+    from certa.algorithms.programs.tree import Node
 
 __all__ = ["chosen_path", "draw_tree", "tree_layout"]
 
@@ -37,7 +37,7 @@ _CHOSEN = "#dc2626"
 
 def _nodes_and_answer(obj: Any) -> tuple[list["Node"], Any, str]:
     """Accept a Result, a state with ``nodes``, a list of Nodes or of node dicts."""
-    from certa.algorithms.tree import Node  # noqa: PLC0415
+    from certa.algorithms.programs.tree import Node  # noqa: PLC0415
     answer, name = None, "tree"
     if hasattr(obj, "state") and hasattr(obj, "exit_reason"):  # a Result
         answer, name = obj.answer, obj.name
@@ -115,7 +115,7 @@ def draw_tree(tree: Any, path: str | os.PathLike[str] | None = None, *, chosen: 
 
     Args:
         tree: a :class:`~certa.runtime.result.Result` of MCTS/REBASE, a state with ``nodes``,
-            or a list of :class:`~certa.algorithms.tree.Node` (or their ``model_dump()`` dicts).
+            or a list of :class:`~certa.algorithms.programs.tree.Node` (or their ``model_dump()`` dicts).
         chosen: node ids of the path to highlight (default: :func:`chosen_path` for the
             result's answer).
         text: show each step's text (default: when the tree has at most 24 leaves).

@@ -15,10 +15,10 @@ import sys
 import time
 
 import certa as ct
-from certa.algorithms.bench_tokens import bench_tokens
-from certa.algorithms.library import PROGRAMS, build
-from certa.algorithms.mcts import mcts_program
-from certa.algorithms.rebase import rebase_program
+from certa.eval.bench_tokens import bench_tokens
+from certa.algorithms.programs.library import PROGRAMS, build
+from certa.algorithms.programs.mcts import mcts_program
+from certa.algorithms.programs.rebase import rebase_program
 from certa.drawing import draw_png, draw_tree
 from certa.plots import plot_certaindex, plot_slo, plot_tokens_accuracy
 from certa.runtime.sim.sweep import SweepSpec, run_sweep

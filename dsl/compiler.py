@@ -26,8 +26,8 @@ from certa.runtime.errors import (InvalidGraphError, MissingCertaindexError, Unb
                                   UnreachableStepError)
 from certa.runtime.policy import Policy
 
-from .graph import END, START, Graph
-from .state import reducers_of
+from certa.dsl.graph import END, START, Graph
+from certa.dsl.state import reducers_of
 
 
 def _suggest(name: str, options: list[str]) -> str | None:
@@ -48,7 +48,7 @@ class CompiledGraph:
     nx_graph: Any
 
     def new(self, **inputs: Any):
-        from .program import GraphProgram
+        from certa.dsl.program import GraphProgram
         return GraphProgram(self, inputs)
 
     def with_policy(self, policy: Policy | None) -> "CompiledGraph":
@@ -57,7 +57,7 @@ class CompiledGraph:
 
     def draw(self):
         """Mermaid text of the graph (renders in Jupyter)."""
-        from .drawing import mermaid
+        from certa.dsl.drawing import mermaid
         return mermaid(self)
 
     def _repr_markdown_(self) -> str:

@@ -6,10 +6,10 @@ from typing import TYPE_CHECKING
 
 from certa.runtime.draw import Mermaid
 
-from .graph import END, START
+from certa.dsl.graph import END, START
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .compiler import CompiledGraph
+    from certa.dsl.compiler import CompiledGraph
 
 
 def step_label_parts(c: "CompiledGraph", name: str) -> list[str]:

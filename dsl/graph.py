@@ -157,7 +157,7 @@ class Graph:
         router's ``Literal[...]`` return hint; a router that returns ``Send``s needs ``max_fanout``
         unless its targets are bounded by the knob cap.
         """
-        from .hints import router_destinations
+        from certa.dsl.hints import router_destinations
         dests, sends = router_destinations(router)
         if destinations is not None:
             dests = tuple(destinations)
@@ -189,5 +189,5 @@ class Graph:
         Raises a :class:`certa.runtime.errors.CompileError` subclass naming the step on any
         structural problem (codes CT101–CT107, see docs/errors.md).
         """
-        from .compiler import compile_graph
+        from certa.dsl.compiler import compile_graph
         return compile_graph(self, policy, name=name)

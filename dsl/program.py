@@ -20,11 +20,11 @@ from certa.runtime.context import Context
 from certa.runtime.errors import CertaError, ConfigError, LimitExceededError, StepFailedError, UnknownStepError
 from certa.runtime.program import Program
 
-from .graph import END, Send, StepSpec
-from .state import apply_update
+from certa.dsl.graph import END, Send, StepSpec
+from certa.dsl.state import apply_update
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .compiler import CompiledGraph
+    from certa.dsl.compiler import CompiledGraph
 
 
 class GraphProgram(Program):

@@ -3,18 +3,18 @@
 This layer imports neither ``certa.dsl`` nor ``certa.algorithms``.
 """
 
-from .backends import Backend, ChunkedSequence, ScriptedBackend, Sequence
-from .context import Context, ManagedSequence
-from .draw import Mermaid
-from .errors import CertaError
-from .events import Event, EventBus
-from .policy import CONTINUE, Decision, Even, Length, Policy, Threshold
-from .program import Program
-from .result import Result
-from .program_run import ProgramRun, RetryPolicy, RuntimeLimits
-from .runtime import Runtime, run_blocking
-from .scheduler import AdmissionLimits, ProgramInfo, Scheduler, SchedulingPolicy, Ticket
-from .types import (Capabilities, CertaindexPoint, GenRequest, GenResult, Knob, ScoreRequest, ScoreResult,
+from certa.runtime.backends import Backend, ChunkedSequence, ScriptedBackend, Sequence
+from certa.runtime.context import Context, ManagedSequence
+from certa.runtime.draw import Mermaid
+from certa.runtime.errors import CertaError
+from certa.runtime.events import Event, EventBus
+from certa.runtime.policy import CONTINUE, Decision, Even, Length, Policy, Threshold
+from certa.runtime.program import Program
+from certa.runtime.result import Result
+from certa.runtime.program_run import ProgramRun, RetryPolicy, RuntimeLimits
+from certa.runtime.runtime import Runtime, run_blocking
+from certa.runtime.scheduling.scheduler import AdmissionLimits, ProgramInfo, Scheduler, SchedulingPolicy, Ticket
+from certa.runtime.types import (Capabilities, CertaindexPoint, GenRequest, GenResult, Knob, ScoreRequest, ScoreResult,
                     TokenUsage)
 
 __all__ = [

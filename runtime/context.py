@@ -11,14 +11,14 @@ import asyncio
 import itertools
 from typing import TYPE_CHECKING, Any
 
-from .backends.base import probe_kwargs
-from .errors import BackendError, CertaError, LimitExceededError
-from .types import GenRequest, GenResult, ScoreRequest, ScoreResult, TokenKind
+from certa.runtime.backends.base import probe_kwargs
+from certa.runtime.errors import BackendError, CertaError, LimitExceededError
+from certa.runtime.types import GenRequest, GenResult, ScoreRequest, ScoreResult, TokenKind
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .program import Program
-    from .result import Result
-    from .runtime import ProgramRun
+    from certa.runtime.program import Program
+    from certa.runtime.result import Result
+    from certa.runtime.runtime import ProgramRun
 
 
 class Context:

@@ -45,7 +45,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import ModelIntegrityError, ModelNotFoundError
+from certa.runtime.errors import ModelIntegrityError, ModelNotFoundError
 
 GGUF_MAGIC = b"GGUF"
 _CHUNK = 8 << 20

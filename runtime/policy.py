@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .program import Program
+    from certa.runtime.program import Program
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,7 +61,7 @@ class Policy(abc.ABC):
     @staticmethod
     def from_dict(data: dict[str, Any]) -> "Policy":
         """Rebuild a policy from ``to_dict`` output (e.g. a calibrated ``policy.json``)."""
-        from .errors import ConfigError
+        from certa.runtime.errors import ConfigError
         kind = data.get("kind")
         cls = Policy.registry.get(kind or "")
         if cls is None:

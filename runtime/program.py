@@ -23,12 +23,12 @@ from __future__ import annotations
 import abc
 from typing import TYPE_CHECKING, Any
 
-from .types import CertaindexPoint, Knob, TokenUsage
+from certa.runtime.types import CertaindexPoint, Knob, TokenUsage
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .context import Context
-    from .draw import Mermaid
-    from .policy import Policy
+    from certa.runtime.context import Context
+    from certa.runtime.draw import Mermaid
+    from certa.runtime.policy import Policy
 
 
 class Program(abc.ABC):
@@ -90,6 +90,6 @@ class Program(abc.ABC):
 
     def draw(self) -> "Mermaid":
         """A Mermaid diagram of the program (hand-written programs draw as a single node)."""
-        from .draw import Mermaid
+        from certa.runtime.draw import Mermaid
         return Mermaid(f"flowchart TD\n    __start__([start]) --> execute[{self.display_name}.execute]\n"
                        f"    execute -->|certaindex + policy| execute\n    execute --> __end__([end])\n")

@@ -9,13 +9,13 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .errors import BackendError, ConfigError
-from .program import Program
-from .scheduler import ProgramInfo
-from .types import GenRequest, GenResult, ScoreRequest, ScoreResult, TokenKind
+from certa.runtime.errors import BackendError, ConfigError
+from certa.runtime.program import Program
+from certa.runtime.scheduling.scheduler import ProgramInfo
+from certa.runtime.types import GenRequest, GenResult, ScoreRequest, ScoreResult, TokenKind
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .runtime import Runtime
+    from certa.runtime.runtime import Runtime
 
 
 @dataclass(slots=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from .types import CertaindexPoint, TokenUsage
+from certa.runtime.types import CertaindexPoint, TokenUsage
 
 
 @dataclass

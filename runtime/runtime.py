@@ -24,16 +24,16 @@ from collections.abc import Awaitable, Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from .backends.base import Backend
-from .context import Context
-from .errors import CertaError, CertaindexRangeError, ConfigError, StepFailedError
-from .events import EventBus
-from .program import Program
-from .program_run import ProgramRun, RetryPolicy, RuntimeLimits
-from .result import Result
-from .scheduler import Scheduler
-from .schedulers import remaining_steps
-from .types import CertaindexPoint
+from certa.runtime.backends.base import Backend
+from certa.runtime.context import Context
+from certa.runtime.errors import CertaError, CertaindexRangeError, ConfigError, StepFailedError
+from certa.runtime.events import EventBus
+from certa.runtime.program import Program
+from certa.runtime.program_run import ProgramRun, RetryPolicy, RuntimeLimits
+from certa.runtime.result import Result
+from certa.runtime.scheduling.scheduler import Scheduler
+from certa.runtime.scheduling.policies import remaining_steps
+from certa.runtime.types import CertaindexPoint
 
 
 _START_SLICE = 32  # run_many starts at most this many programs per event-loop iteration
@@ -52,7 +52,7 @@ class Runtime:
                  limits: RuntimeLimits | None = None, retry: RetryPolicy | None = None, seed: int = 0,
                  **backend_options: Any) -> None:
         if isinstance(backend, str):
-            from .backends.registry import make_backend
+            from certa.runtime.backends.registry import make_backend
             backend = make_backend(backend, **backend_options)
         elif backend_options:
             raise ConfigError(f"backend options {sorted(backend_options)} given with a backend instance")

@@ -280,7 +280,7 @@ SAMPLE = {"tokens": 10, "finished": True, "pred": "1", "correct": True, "text": 
     (json.dumps({"idx": 1, "interval": 0, "samples": [SAMPLE]}), "field 'interval'"),
 ])
 def test_bad_trace_files(line, expected, tmp_path):
-    traces = pytest.importorskip("certa.runtime.sim.traces")
+    traces = pytest.importorskip("certa.eval.traces")
     from certa.runtime.errors import TraceFormatError
     path = tmp_path / "t.jsonl"
     path.write_text(json.dumps({"idx": 0, "gold": "1", "samples": [SAMPLE]}) + "\n" + line + "\n")
@@ -290,7 +290,7 @@ def test_bad_trace_files(line, expected, tmp_path):
 
 
 def test_missing_and_empty_trace_files(tmp_path):
-    traces = pytest.importorskip("certa.runtime.sim.traces")
+    traces = pytest.importorskip("certa.eval.traces")
     from certa.runtime.errors import TraceFormatError
     with pytest.raises(TraceFormatError, match="does not exist"):
         traces.load_traces(tmp_path / "none.jsonl")
@@ -300,7 +300,7 @@ def test_missing_and_empty_trace_files(tmp_path):
 
 
 def test_deeply_nested_trace_line_is_a_trace_format_error(tmp_path):
-    traces = pytest.importorskip("certa.runtime.sim.traces")
+    traces = pytest.importorskip("certa.eval.traces")
     from certa.runtime.errors import TraceFormatError
     path = tmp_path / "big.jsonl"
     path.write_text("[" * 200_000 + "]" * 200_000 + "\n")  # deep nesting: must fail cleanly

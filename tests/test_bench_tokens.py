@@ -9,10 +9,10 @@ import pathlib
 import pytest
 from typer.testing import CliRunner
 
-from certa.algorithms.bench_tokens import bench_tokens
-from certa.algorithms.calibration import split_problems
+from certa.eval.bench_tokens import bench_tokens
+from certa.eval.calibration import split_problems
 from certa.cli import app
-from certa.runtime.sim.traces import load_traces
+from certa.eval.traces import load_traces
 
 DATA = pathlib.Path(__file__).parent / "data"
 TINY = DATA / "traces_tiny.jsonl"

@@ -10,14 +10,14 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-import certa.algorithms.calibration as calibration
-from certa.algorithms.calibration import calibrate, calibrate_split, split_problems
-from certa.algorithms.evalstats import bootstrap_ci, compare, iso_tokens
-from certa.algorithms.replay_eval import Replayer, Scores
+import certa.eval.calibration as calibration
+from certa.eval.calibration import calibrate, calibrate_split, split_problems
+from certa.eval.evalstats import bootstrap_ci, compare, iso_tokens
+from certa.eval.replay_eval import Replayer, Scores
 from certa.cli import _load_policy, app
 from certa.runtime.errors import DatasetError
 from certa.runtime.policy import Policy
-from certa.runtime.sim.traces import load_traces, parse_trace_line
+from certa.eval.traces import load_traces, parse_trace_line
 
 DATA = pathlib.Path(__file__).parent / "data"
 TINY = DATA / "traces_tiny.jsonl"

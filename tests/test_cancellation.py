@@ -21,7 +21,7 @@ import pytest
 
 import certa as ct
 from certa.runtime import AdmissionLimits, RetryPolicy, Scheduler
-from certa.runtime.backends.faults import FaultyBackend
+from certa.runtime.backends.testing.faults import FaultyBackend
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 MODEL_FILE = pathlib.Path.home() / ".cache" / "certa" / "models" / "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
@@ -212,7 +212,7 @@ def test_ctrl_c_in_cli_aborts_in_flight_requests(tmp_path):
 @pytest.mark.model
 @pytest.mark.slow
 async def test_cancel_aborts_in_flight_requests_on_llamacpp_engine():
-    llamacpp = pytest.importorskip("certa.runtime.backends.llamacpp", reason="llama.cpp backend not available")
+    llamacpp = pytest.importorskip("certa.runtime.backends.llamacpp.backend", reason="llama.cpp backend not available")
     if not MODEL_FILE.is_file():
         pytest.skip(f"model file {MODEL_FILE} not present")
     backend = llamacpp.LlamaCppBackend(model="qwen2.5-coder-0.5b", n_ctx=2048, n_seq=8)

@@ -6,7 +6,7 @@ import importlib.util
 
 import pytest
 
-from certa.algorithms.clustering import EmbeddingClusterer, cluster, is_empty, majority, resolve_same
+from certa.algorithms.answers.clustering import EmbeddingClusterer, cluster, is_empty, majority, resolve_same
 from certa.runtime.errors import ConfigError
 
 

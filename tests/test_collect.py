@@ -15,14 +15,14 @@ import time
 import pytest
 from typer.testing import CliRunner
 
-from certa.algorithms.collect import CollectConfig, TraceFile, collect_traces
-from certa.algorithms.datasets import Problem
-from certa.algorithms.replay_eval import Replayer
+from certa.eval.collect import CollectConfig, TraceFile, collect_traces
+from certa.eval.datasets import Problem
+from certa.eval.replay_eval import Replayer
 from certa.cli import app
-from certa.runtime.backends.scripted import ScriptedBackend, words
+from certa.runtime.backends.testing.scripted import ScriptedBackend, words
 from certa.runtime.errors import ConfigError, DatasetError, TraceFormatError
 from certa.runtime.policy import Threshold
-from certa.runtime.sim.traces import load_traces
+from certa.eval.traces import load_traces
 
 TEXT = "Let us add the numbers one by one and check the sum again " * 5 + "so the answer is \\boxed{{{ans}}}."
 
@@ -100,7 +100,7 @@ KILLABLE = '''
     import asyncio, sys
     sys.path.insert(0, {tests!r})
     from test_collect import problems, scripted
-    from certa.algorithms.collect import CollectConfig, collect_traces
+    from certa.eval.collect import CollectConfig, collect_traces
     cfg = CollectConfig(samples=4, probe_samples=2, interval=16)
     asyncio.run(collect_traces(problems({n}), {out!r}, scripted(latency=0.01), cfg))
 '''
@@ -137,7 +137,7 @@ def test_real_engine_smoke(tmp_path):
         resolve_model("qwen2.5-coder-0.5b")
     except ModelNotFoundError as exc:
         pytest.skip(f"model unavailable: {exc}")
-    from certa.runtime.backends.llamacpp import LlamaCppBackend
+    from certa.runtime.backends.llamacpp.backend import LlamaCppBackend
     cfg = CollectConfig(samples=2, probe_samples=1, interval=8, max_tokens=24)
     out = tmp_path / "t.jsonl"
     factory = lambda: LlamaCppBackend("qwen2.5-coder-0.5b", n_seq=2, n_ctx=2048, n_threads=1)  # noqa: E731
@@ -151,7 +151,7 @@ def test_real_engine_smoke(tmp_path):
 
 
 def test_levels_filter_math500_problems(tmp_path):
-    from certa.algorithms.datasets import load_dataset
+    from certa.eval.datasets import load_dataset
     wanted = [p.idx for p in load_dataset("math500", idx="0:20") if str(p.meta.get("level")) in ("1", "2")]
     out = tmp_path / "m.jsonl"
     res = CliRunner().invoke(app, ["traces", "collect", "--dataset", "math500", "--idx", "0:20", "--levels", "1,2",

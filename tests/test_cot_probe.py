@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 import certa as ct
-from certa.algorithms.cot_probe import PRESETS, cot_output, cot_program
+from certa.algorithms.programs.cot_probe import PRESETS, cot_output, cot_program
 from certa.algorithms.prompts import probe_text
 from certa.runtime.errors import ConfigError
 

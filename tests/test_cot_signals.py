@@ -9,17 +9,18 @@ from pathlib import Path
 
 import pytest
 
-from certa.algorithms import cot_grid, cot_signals
-from certa.algorithms.bench_tokens import bench_tokens
-from certa.algorithms.calibration import calibrate_split
-from certa.algorithms.cot_signals import (AllOf, ChainView, Confident, Grounded, ProbeAgreement, Progress, Settled,
+from certa.algorithms.signals import cot as cot_signals
+from certa.eval import cot_grid
+from certa.eval.bench_tokens import bench_tokens
+from certa.eval.calibration import calibrate_split
+from certa.algorithms.signals.cot import (AllOf, ChainView, Confident, Grounded, ProbeAgreement, Progress, Settled,
                                           answer_probability, signal_from_dict)
-from certa.algorithms.replay import ReplayCoT, drive
+from certa.eval.replay import ReplayCoT, drive
 from certa.algorithms.signals import ProbeObs
-from certa.runtime.backends.replay import text_at
+from certa.eval.replay_backend import text_at
 from certa.runtime.errors import ConfigError, TraceFormatError
 from certa.runtime.sim.synth import synth_traces
-from certa.runtime.sim.traces import parse_trace_line
+from certa.eval.traces import parse_trace_line
 
 
 def view(answers, text="", tokens=0, logprobs=None):
@@ -199,7 +200,7 @@ TRACE_SETS = sorted((Path(__file__).parents[1] / "data" / "traces").glob("*.json
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_default_cot_calibration_is_never_worse_than_dynasors_on_the_calibration_split(seed):
-    from certa.algorithms.calibration import calibrate
+    from certa.eval.calibration import calibrate
     probs = synth_traces(24, seed=seed, samples=4, probed=3, interval=32, mean_tokens=300, max_tokens=512)
     certa, dynasor = (calibrate(probs, "cot", method=m, seed=seed) for m in ("certa", "probe"))
     assert certa.scores.correct.sum() >= certa.baseline.correct.sum() - 1e-9
@@ -210,11 +211,11 @@ def test_default_cot_calibration_is_never_worse_than_dynasors_on_the_calibration
 def test_default_cot_preset_is_never_worse_than_dynasors_presets_on_real_traces(path):
     """The fixed ``certa`` preset vs each fixed Dynasor preset, over every problem: no Dynasor
     preset is at least as accurate while decoding fewer tokens (probe decode tokens counted)."""
-    from certa.algorithms.cot_probe import CERTA_INTERVAL, PRESETS, certa_signal
-    from certa.algorithms.cot_grid import has_logprobs
-    from certa.algorithms.replay_eval import Replayer
+    from certa.algorithms.programs.cot_probe import CERTA_INTERVAL, PRESETS, certa_signal
+    from certa.eval.cot_grid import has_logprobs
+    from certa.eval.replay_eval import Replayer
     from certa.runtime.policy import Threshold
-    from certa.runtime.sim.traces import load_traces
+    from certa.eval.traces import load_traces
     probs = [p for p in load_traces(path) if any(s.probes for s in p.samples)]
     if len(probs) < 20 or not has_logprobs(probs):
         pytest.skip(f"{path.name}: needs >= 20 probed problems with probe logprobs")
@@ -238,7 +239,7 @@ def test_event_triggered_probing():
 
 async def test_live_cot_program_probes_only_when_due():
     import certa as ct
-    from certa.algorithms.cot_probe import cot_program
+    from certa.algorithms.programs.cot_probe import cot_program
     chain = "words " * 40 + "so 9 * 2 = 18 dollars " + "words " * 40
     b = ct.ScriptedBackend(responses=[chain], probe=lambda text, suffix: "18} \\\\]")
     prog = cot_program(interval=16, max_tokens=256, signal=AllOf(ProbeAgreement(1), Grounded()))
@@ -248,7 +249,7 @@ async def test_live_cot_program_probes_only_when_due():
 
 
 def test_oracle_bound_exits_at_the_first_probe_equal_to_the_final_answer():
-    from certa.algorithms.replay_eval import Replayer
+    from certa.eval.replay_eval import Replayer
     p = parse_trace_line(json.dumps(LINE))
     s = Replayer([p], "cot").oracle_cot()
     assert (s.tokens[0], s.main[0], s.probe[0], s.correct[0]) == (66.0, 64.0, 2.0, 1.0)

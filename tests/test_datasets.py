@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from certa.algorithms import datasets as ds
-from certa.algorithms.datasets import Problem, load_dataset
-from certa.algorithms.equivalence import grade
+from certa.eval import datasets as ds
+from certa.eval.datasets import Problem, load_dataset
+from certa.algorithms.answers.equivalence import grade
 from certa.runtime.errors import DatasetError
 
 

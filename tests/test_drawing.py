@@ -7,10 +7,10 @@ import re
 import pytest
 
 import certa as ct
-from certa.algorithms.library import PROGRAMS, build
-from certa.algorithms.mcts import mcts_program
-from certa.algorithms.rebase import rebase_program
-from certa.algorithms.tree import Node, grow
+from certa.algorithms.programs.library import PROGRAMS, build
+from certa.algorithms.programs.mcts import mcts_program
+from certa.algorithms.programs.rebase import rebase_program
+from certa.algorithms.programs.tree import Node, grow
 
 pytest.importorskip("matplotlib", reason="drawings need matplotlib (pip install 'certa[plot]')")
 
@@ -140,7 +140,7 @@ def test_module_examples_run():
 
 
 def test_tokens_accuracy_and_slo_plots_read_the_reports(tmp_path):
-    from certa.algorithms.bench_tokens import bench_tokens
+    from certa.eval.bench_tokens import bench_tokens
     from certa.plots import plot_slo, plot_tokens_accuracy
     from certa.runtime.sim.sweep import SweepSpec, run_sweep
     from certa.runtime.sim.synth import synth_traces

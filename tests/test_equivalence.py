@@ -11,8 +11,8 @@ from fractions import Fraction
 
 import pytest
 
-from certa.algorithms import _verify_pool
-from certa.algorithms.equivalence import cache_clear, grade, math_equal, parse_number, shutdown, warm_up
+from certa.algorithms.answers import _verify_pool
+from certa.algorithms.answers.equivalence import cache_clear, grade, math_equal, parse_number, shutdown, warm_up
 
 needs_mv = pytest.mark.skipif(importlib.util.find_spec("math_verify") is None,
                               reason="math-verify (extra 'math') not installed")
@@ -59,7 +59,7 @@ def test_parse_number():
 
 
 def test_import_is_lazy():
-    code = ("import sys, certa.algorithms.equivalence as e, certa.algorithms._verify_pool as p; "
+    code = ("import sys, certa.algorithms.answers.equivalence as e, certa.algorithms.answers._verify_pool as p; "
             "assert 'math_verify' not in sys.modules; assert p._pool is None; print('ok')")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == "ok", out.stderr

@@ -13,7 +13,7 @@ import pytest
 
 import certa as ct
 from certa.runtime import RetryPolicy
-from certa.runtime.backends.faults import FAULT_KINDS, FaultyBackend
+from certa.runtime.backends.testing.faults import FAULT_KINDS, FaultyBackend
 from certa.runtime.errors import BackendError, ConfigError
 from certa.runtime.types import GenRequest
 

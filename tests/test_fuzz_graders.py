@@ -16,8 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 answers = pytest.importorskip("certa.algorithms.answers")
-equivalence = pytest.importorskip("certa.algorithms.equivalence")
-from certa.algorithms import _verify_pool  # noqa: E402
+equivalence = pytest.importorskip("certa.algorithms.answers.equivalence")
+from certa.algorithms.answers import _verify_pool  # noqa: E402
 
 EXTRACT_BOUND = 1.0  # seconds for one extractor call on <= ~100 KB of text (2 shared cores)
 MAX_CHARS = 60_000  # generated text is cut here (extractors scan only the last MAX_SCAN chars anyway)

@@ -107,7 +107,7 @@ def test_sigkill_mid_run_then_resume_loses_and_repeats_nothing(batch, tmp_path, 
 
     # the results equal an uninterrupted run's
     monkeypatch.setenv("CT_STEP_DELAY", "0")
-    from certa.algorithms.datasets import load_dataset
+    from certa.eval.datasets import load_dataset
     from certa.loading import load_target
     from certa.runtime import Runtime
     report = asyncio.run(run_dataset(load_target(f"{prog}:program"), load_dataset(str(data)), Runtime("scripted"),

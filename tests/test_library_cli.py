@@ -9,13 +9,14 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from certa.algorithms.datasets import data_dir
-from certa.algorithms.library import PROGRAMS, build, describe
+from certa.eval.datasets import data_dir
+from certa.algorithms.programs.library import PROGRAMS, build, describe
 from certa.cli import app
 from certa.dsl import CompiledGraph
 from certa.runtime.errors import ConfigError, DatasetError
 
-MINE = ["cot_probe", "self_consistency", "mcts", "rebase", "sc_mcts", "policies", "library", "tree"]
+MINE = [f"certa.algorithms.programs.{m}" for m in ("cot_probe", "self_consistency", "mcts", "rebase", "sc_mcts",
+                                                 "library", "tree")] + ["certa.algorithms.policies.stopping"]
 
 
 def test_registry_builds_every_program():
@@ -41,7 +42,7 @@ def test_build_rejects_unknown_names_and_options():
 
 @pytest.mark.parametrize("name", MINE)
 def test_docstring_examples(name):
-    module = importlib.import_module(f"certa.algorithms.{name}")
+    module = importlib.import_module(name)
     assert doctest.testmod(module, optionflags=doctest.ELLIPSIS).failed == 0
 
 

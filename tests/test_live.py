@@ -10,8 +10,8 @@ import types
 import pytest
 
 import certa as ct
-from certa.algorithms.library import build
-from certa.algorithms.sc_mcts import sc_mcts_program
+from certa.algorithms.programs.library import build
+from certa.algorithms.programs.sc_mcts import sc_mcts_program
 from certa.live import LiveTable, Row, render_html, render_text, summary
 from certa.runtime.events import EventBus
 

@@ -12,7 +12,7 @@ import uuid
 
 import pytest
 
-from certa.runtime.scheduler import Scheduler, SchedulingPolicy, Ticket
+from certa.runtime.scheduling.scheduler import Scheduler, SchedulingPolicy, Ticket
 from certa.runtime.types import GenRequest
 
 from .conformance import BackendConformance
@@ -37,7 +37,7 @@ def _small_model_path():
 
 @pytest.fixture(scope="module")
 def llama():
-    from certa.runtime.backends.llamacpp import LlamaCppBackend
+    from certa.runtime.backends.llamacpp.backend import LlamaCppBackend
     b = LlamaCppBackend(_small_model_path(), n_ctx=4096, n_seq=8, n_threads=THREADS, max_batch_tokens=256)
     yield b
     b.shutdown()
@@ -46,7 +46,7 @@ def llama():
 @pytest.fixture(scope="module")
 def tiny():
     """A second engine with only 2 slots, so that slot contention (ordering, preemption) shows."""
-    from certa.runtime.backends.llamacpp import LlamaCppBackend
+    from certa.runtime.backends.llamacpp.backend import LlamaCppBackend
     b = LlamaCppBackend(_small_model_path(), n_ctx=1024, n_seq=2, n_threads=THREADS, max_batch_tokens=128)
     yield b
     b.shutdown()
@@ -161,7 +161,7 @@ async def test_probe_stop_string_ends_the_probe(llama):
 
 
 def test_close_brace_stops_after_the_brace_that_closes_the_suffix():
-    from certa.runtime.backends.llamacpp_jobs import TextTail
+    from certa.runtime.backends.llamacpp.jobs import TextTail
     t = TextTail(close_brace=True)
     pieces = [b"\\frac{1", b"}{2", b"}} \\]", b" more"]
     stopped = [t.push(p) for p in pieces[:3]]
@@ -279,7 +279,7 @@ async def test_iteration_records(llama, tmp_path):
 
 
 async def test_close_is_idempotent_and_refuses_new_work():
-    from certa.runtime.backends.llamacpp import LlamaCppBackend
+    from certa.runtime.backends.llamacpp.backend import LlamaCppBackend
     from certa.runtime.errors import BackendError
     b = LlamaCppBackend(_small_model_path(), n_ctx=256, n_seq=1, n_threads=1)
     await b.close()

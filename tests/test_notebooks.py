@@ -15,7 +15,7 @@ import time
 import pytest
 
 import certa as ct
-from certa.algorithms.library import build
+from certa.algorithms.programs.library import build
 
 EXAMPLES = pathlib.Path(__file__).resolve().parent.parent / "examples"
 NOTEBOOKS = sorted(EXAMPLES.glob("*.ipynb"))

@@ -10,7 +10,7 @@ import pytest
 import certa as ct
 from certa.algorithms.policies import (ESC, AdaptiveConsistency, CheckEvery, MajorityMargin, Pareto,
                                        beta_stop_probability, top_two)
-from certa.algorithms.self_consistency import sc_program
+from certa.algorithms.programs.self_consistency import sc_program
 from certa.runtime.errors import ConfigError
 from certa.runtime.policy import Policy
 from certa.runtime.types import CertaindexPoint, Knob

@@ -7,20 +7,20 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from certa.algorithms.replay_eval import Replayer
+from certa.eval.replay_eval import Replayer
 from certa.cli import app
 from certa.runtime.policy import Even
-from certa.runtime.sim.traces import load_traces
+from certa.eval.traces import load_traces
 
 runner = CliRunner()
 SC_FILE = '''
 import certa as ct
-from certa.algorithms.self_consistency import sc_program
+from certa.algorithms.programs.self_consistency import sc_program
 from certa.runtime.policy import Even
 program = sc_program(branches_per_round=2, cap=4, policy=Even(4))
 '''
 COT_FILE = '''
-from certa.algorithms.cot_probe import cot_program
+from certa.algorithms.programs.cot_probe import cot_program
 program = cot_program("high", max_tokens=200)
 '''
 
@@ -65,7 +65,7 @@ def test_rerun_does_not_duplicate_recorded_problems(tmp_path, data):
 
 
 def test_cot_run_records_probes_at_their_positions(tmp_path, data, monkeypatch):
-    from certa.runtime.backends import scripted as scripted_mod
+    from certa.runtime.backends.testing import scripted as scripted_mod
     long = "step " * 300 + "so \\boxed{7}"
     orig = scripted_mod.ScriptedBackend.__init__
 

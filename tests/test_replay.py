@@ -10,13 +10,13 @@ import pathlib
 import pytest
 
 from certa.algorithms.policies import ESC, AdaptiveConsistency, Pareto
-from certa.algorithms.replay import ReplayCoT, ReplaySC, drive, sample_order
-from certa.algorithms.replay_eval import Replayer
+from certa.eval.replay import ReplayCoT, ReplaySC, drive, sample_order
+from certa.eval.replay_eval import Replayer
 from certa.runtime import Runtime
-from certa.runtime.backends.replay import PROBE_PREFILL_TOKENS, ReplayBackend, estimate_probe_tokens
+from certa.eval.replay_backend import PROBE_PREFILL_TOKENS, ReplayBackend, estimate_probe_tokens
 from certa.runtime.errors import ConfigError, TraceFormatError
 from certa.runtime.policy import Even, Length, Threshold
-from certa.runtime.sim.traces import load_traces, parse_trace_line
+from certa.eval.traces import load_traces, parse_trace_line
 
 DATA = pathlib.Path(__file__).parent / "data"
 
@@ -224,10 +224,10 @@ def test_every_problem_gets_the_same_sample_budget():
     assert never.main.tolist() == [30.0, 15.0] and never.knob.tolist() == [3.0, 3.0]
 
 
-@pytest.mark.parametrize("module", ["certa.runtime.backends.replay", "certa.algorithms.replay",
-                                    "certa.algorithms.replay_eval", "certa.algorithms.evalstats",
-                                    "certa.algorithms.calibration", "certa.algorithms.bench_tokens",
-                                    "certa.algorithms.collect", "certa.recording"])
+@pytest.mark.parametrize("module", ["certa.eval.replay_backend", "certa.eval.replay",
+                                    "certa.eval.replay_eval", "certa.eval.evalstats",
+                                    "certa.eval.calibration", "certa.eval.bench_tokens",
+                                    "certa.eval.collect", "certa.recording"])
 def test_docstring_examples_run(module):
     import doctest
     import importlib

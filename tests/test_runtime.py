@@ -8,7 +8,7 @@ from collections import Counter
 import pytest
 
 import certa as ct
-from certa.runtime.backends.scripted import words
+from certa.runtime.backends.testing.scripted import words
 
 
 class SC(ct.State):
@@ -264,7 +264,7 @@ def test_run_sync_inside_running_loop():
 
 
 async def test_native_priority_backends_get_the_scheduling_policy_priority():
-    from certa.runtime.schedulers import make_policy
+    from certa.runtime.scheduling.policies import make_policy
     b = ct.ScriptedBackend(responses=["x"], latency=0.01)
     b.capabilities.priority = True  # as SGLang backends declare
     rt = ct.Runtime(b, scheduler=ct.Scheduler(policy=make_policy("app-fifo")))

@@ -9,8 +9,8 @@ import pytest
 
 from certa.runtime import AdmissionLimits, Knob, Program, Runtime, ScriptedBackend, Scheduler, Threshold
 from certa.runtime.errors import ConfigError
-from certa.runtime.scheduler import ProgramInfo, SchedulingPolicy, Ticket
-from certa.runtime.schedulers import POLICIES, CertaSJF, make_policy, remaining_steps
+from certa.runtime.scheduling.scheduler import ProgramInfo, SchedulingPolicy, Ticket
+from certa.runtime.scheduling.policies import POLICIES, CertaSJF, make_policy, remaining_steps
 
 
 class Clock:

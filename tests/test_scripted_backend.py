@@ -8,7 +8,7 @@ import pytest
 
 from certa.runtime import GenRequest, ScriptedBackend
 from certa.runtime.errors import BackendError
-from certa.runtime.backends.scripted import words
+from certa.runtime.backends.testing.scripted import words
 
 from .conformance import BackendConformance
 

@@ -99,8 +99,8 @@ def payloads(marker: pathlib.Path) -> list[str]:
 
 
 async def test_model_output_flows_through_programs_as_data(tmp_path):
-    from certa.algorithms.equivalence import grade, math_equal
-    from certa.algorithms.self_consistency import sc_program
+    from certa.algorithms.answers.equivalence import grade, math_equal
+    from certa.algorithms.programs.self_consistency import sc_program
 
     marker = tmp_path / "PWNED"
     texts = payloads(marker)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import certa as ct
 from certa.algorithms.policies import ESC
-from certa.algorithms.self_consistency import sc_program
+from certa.algorithms.programs.self_consistency import sc_program
 from certa.algorithms.signals import entropy_certainty
 
 

@@ -19,7 +19,7 @@ import time
 import pytest
 
 import certa as ct
-from certa.algorithms.library import build
+from certa.algorithms.programs.library import build
 from certa.runtime.errors import ConfigError, LimitExceededError, MissingCertaindexError
 from certa.serve import (BadRequestError, Completion, Heartbeat, Progress, Server, ServerBusyError, ShuttingDownError,
                          UnknownModelError)

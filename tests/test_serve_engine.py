@@ -24,10 +24,10 @@ def served():
     if models.locate(SMALL)[0] == "missing":
         pytest.skip(f"the 0.5B model is not installed ({SMALL.pip_hint})")
     try:
-        from certa.runtime.backends.llamacpp import LlamaCppBackend
+        from certa.runtime.backends.llamacpp.backend import LlamaCppBackend
     except ImportError as exc:
         pytest.skip(f"the llama.cpp backend is not available: {exc}")
-    from certa.algorithms.library import build
+    from certa.algorithms.programs.library import build
     from certa.serve import Server
     from certa.serve.launch import start_background
     # one thread: on a shared 2-core machine two spinning llama.cpp threads can be ~10x slower

@@ -17,7 +17,7 @@ pytest.importorskip("uvicorn", reason="uvicorn is not installed (pip install 'ce
 pytest.importorskip("starlette", reason="starlette is not installed (pip install 'certa[serve]')")
 
 import certa as ct  # noqa: E402
-from certa.algorithms.library import build  # noqa: E402
+from certa.algorithms.programs.library import build  # noqa: E402
 from certa.serve import Server  # noqa: E402
 from certa.serve.launch import start_background  # noqa: E402
 

@@ -18,8 +18,8 @@ from .conformance import BackendConformance
 from .fakes.sglang_fake import FakeEngine, FakeSGLangConfig, FakeSGLangServer
 
 pytest.importorskip("httpx", reason="the HTTP backends need httpx (pip install 'certa[http]')")
-from certa.runtime.backends.sglang_engine import ENGINE_DEFAULTS, SGLangEngineBackend  # noqa: E402
-from certa.runtime.backends.sglang_http import PriorityGate, SGLangHTTPBackend, sglang_priority  # noqa: E402
+from certa.runtime.backends.sglang.engine import ENGINE_DEFAULTS, SGLangEngineBackend  # noqa: E402
+from certa.runtime.backends.sglang.http import PriorityGate, SGLangHTTPBackend, sglang_priority  # noqa: E402
 
 FAST = dict(step_seconds=0.002)
 
@@ -313,7 +313,7 @@ def test_engine_defaults_and_missing_sglang(monkeypatch):
 def test_module_examples_run():
     import doctest
 
-    import certa.runtime.backends.sglang_engine as engine_mod
-    import certa.runtime.backends.sglang_http as http_mod
+    import certa.runtime.backends.sglang.engine as engine_mod
+    import certa.runtime.backends.sglang.http as http_mod
 
     assert doctest.testmod(http_mod).failed == 0 and doctest.testmod(engine_mod).failed == 0

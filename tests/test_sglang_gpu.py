@@ -25,7 +25,7 @@ if not MODEL:
 
 import pytest_asyncio  # noqa: E402
 
-from certa.runtime.backends.sglang_engine import SGLangEngineBackend  # noqa: E402
+from certa.runtime.backends.sglang.engine import SGLangEngineBackend  # noqa: E402
 from certa.runtime.types import GenRequest  # noqa: E402
 
 from .conformance import BackendConformance  # noqa: E402

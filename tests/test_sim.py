@@ -17,7 +17,7 @@ from certa.runtime.sim.metrics import attainment, max_rate_at, percentile, summa
 from certa.runtime.sim.presets import PRESETS, get_preset
 from certa.runtime.sim.simulator import simulate, standalone_latency
 from certa.runtime.sim.synth import synth_traces, write_synth
-from certa.runtime.sim.traces import Probe, Sample, TraceProblem, load_traces
+from certa.eval.traces import Probe, Sample, TraceProblem, load_traces
 from certa.runtime.sim.workload import ProgramConfig, ProgramSpec, make_workload, poisson_arrivals
 
 COST = CostModel(a=0.01, b=0.001, c=1e-5, d=1e-7)
@@ -348,10 +348,10 @@ def test_replay_with_the_algorithm_librarys_signals():
 
 
 @pytest.mark.parametrize("module", [
-    "certa.runtime.scheduler", "certa.runtime.schedulers", "certa.runtime.admission", "certa.runtime.sim",
+    "certa.runtime.scheduling.scheduler", "certa.runtime.scheduling.policies", "certa.runtime.scheduling.admission", "certa.runtime.sim",
     "certa.runtime.sim.certainty", "certa.runtime.sim.cost_model", "certa.runtime.sim.engine",
     "certa.runtime.sim.fit", "certa.runtime.sim.metrics", "certa.runtime.sim.presets", "certa.runtime.sim.simulator",
-    "certa.runtime.sim.sweep", "certa.runtime.sim.synth", "certa.runtime.sim.traces", "certa.runtime.sim.workload",
+    "certa.runtime.sim.sweep", "certa.runtime.sim.synth", "certa.eval.traces", "certa.runtime.sim.workload",
 ])
 def test_docstring_examples_run(module):
     import doctest

@@ -5,10 +5,10 @@ from __future__ import annotations
 import re
 
 import certa as ct
-from certa.algorithms.mcts import mcts_program, uct_select
-from certa.algorithms.rebase import allocate, rebase_program
-from certa.algorithms.sc_mcts import sc_mcts_program
-from certa.algorithms.tree import Node, grow, tree_mermaid
+from certa.algorithms.programs.mcts import mcts_program, uct_select
+from certa.algorithms.programs.rebase import allocate, rebase_program
+from certa.algorithms.programs.sc_mcts import sc_mcts_program
+from certa.algorithms.programs.tree import Node, grow, tree_mermaid
 
 NEVER = ct.Threshold(1.0, detect_at=10_000)  # a policy that never stops: runs go to the knob cap
 

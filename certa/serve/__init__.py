@@ -16,11 +16,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from .completion import Completion, Heartbeat, Progress
-from .errors import BadRequestError, ServerBusyError, ShuttingDownError, UnknownModelError
-from .schemas import CertaOptions
-from .server import Server
-from .stream import CompletionStream
+from certa.serve.completion import Completion, Heartbeat, Progress
+from certa.serve.errors import BadRequestError, ServerBusyError, ShuttingDownError, UnknownModelError
+from certa.serve.schemas import CertaOptions
+from certa.serve.server import Server
+from certa.serve.stream import CompletionStream
 
 __all__ = ["BadRequestError", "CertaOptions", "Completion", "CompletionStream", "Heartbeat", "Progress", "Server",
            "ServerBusyError", "ShuttingDownError", "UnknownModelError", "create_app", "start_background"]
@@ -28,9 +28,9 @@ __all__ = ["BadRequestError", "CertaOptions", "Completion", "CompletionStream", 
 
 def __getattr__(name: str) -> Any:  # the HTTP layer needs starlette/uvicorn: import it only when asked
     if name == "create_app":
-        from .http import create_app
+        from certa.serve.http import create_app
         return create_app
     if name == "start_background":
-        from .launch import start_background
+        from certa.serve.launch import start_background
         return start_background
     raise AttributeError(f"module 'certa.serve' has no attribute {name!r}")

@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 from typing import Any, Literal
 
-from .completion import Completion, Progress
+from certa.serve.completion import Completion, Progress
 
 __all__ = ["DONE", "Formatter", "error_body", "sse"]
 

@@ -35,12 +35,12 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from certa.runtime.errors import CertaError
 
-from .completion import Completion, Heartbeat, Progress
-from .errors import BadRequestError, error_type, http_status
-from .format import DONE, KEEPALIVE, Formatter, error_body, sse
-from .schemas import ChatRequest, CompletionRequest, parse_request
-from .server import Server
-from .stream import CompletionStream
+from certa.serve.completion import Completion, Heartbeat, Progress
+from certa.serve.errors import BadRequestError, error_type, http_status
+from certa.serve.format import DONE, KEEPALIVE, Formatter, error_body, sse
+from certa.serve.schemas import ChatRequest, CompletionRequest, parse_request
+from certa.serve.server import Server
+from certa.serve.stream import CompletionStream
 
 __all__ = ["create_app"]
 
@@ -158,7 +158,7 @@ class _Api:
     async def model(self, request: Request) -> JSONResponse:
         name = request.path_params["model"]
         if name not in self.server.models:
-            from .errors import UnknownModelError
+            from certa.serve.errors import UnknownModelError
             return _error(UnknownModelError(f"model {name!r} is not served here",
                                             hint=f"models: {', '.join(self.server.models)}"), request.state.request_id)
         return JSONResponse(self._model(name))

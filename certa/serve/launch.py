@@ -21,7 +21,7 @@ from typing import Any
 
 from certa.runtime.errors import ConfigError
 
-from .server import Server
+from certa.serve.server import Server
 
 __all__ = ["BackgroundServer", "run", "start_background"]
 
@@ -42,7 +42,7 @@ def _uvicorn_server(server: Server, *, shutdown_timeout: float, log_level: str, 
     programs get ``shutdown_timeout`` seconds, the rest are aborted (their clients get a 503 or an
     in-stream error), and only then does uvicorn wait for connections and run the app's shutdown."""
     uvicorn = _uvicorn()
-    from .http import create_app
+    from certa.serve.http import create_app
     app = create_app(server, shutdown_timeout=0, **app_options)
     config = uvicorn.Config(app, log_level=log_level, access_log=access_log, lifespan="on",
                             timeout_graceful_shutdown=5.0)  # after the drain only responses are left to send

@@ -63,7 +63,7 @@ class TokenBudget(Policy):
 class ServedProgram:
     """One servable program: a compiled graph (``.new``) or a Program class, under ``name``.
 
-    ``library``: the built-in program name when it came from :mod:`certa.algorithms.library`
+    ``library``: the built-in program name when it came from :mod:`certa.algorithms.programs.library`
     (presets need one).
     """
 
@@ -105,7 +105,7 @@ class ServedProgram:
         if preset is not None:
             if self.library is None:
                 raise ConfigError(f"program {self.name!r} has no presets", hint="presets apply to the built-in cot")
-            from certa.algorithms.library import build
+            from certa.algorithms.programs.library import build
             target = build(self.library, preset=preset)
         if pol is not None and callable(getattr(target, "with_policy", None)):
             target = target.with_policy(pol)  # re-validated: a policy needing a missing certaindex fails here

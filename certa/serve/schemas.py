@@ -24,7 +24,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from .errors import BadRequestError
+from certa.serve.errors import BadRequestError
 
 __all__ = ["CertaOptions", "ChatMessage", "ChatRequest", "CompletionRequest", "StreamOptions", "parse_request"]
 

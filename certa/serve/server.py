@@ -36,14 +36,14 @@ from certa.runtime.policy import Policy
 from certa.runtime.program_run import RuntimeLimits
 from certa.runtime.result import Result
 from certa.runtime.runtime import Runtime
-from certa.runtime.scheduler import AdmissionLimits, Scheduler, SchedulingPolicy
+from certa.runtime.scheduling.scheduler import AdmissionLimits, Scheduler, SchedulingPolicy
 
-from .completion import Completion
-from .errors import ServerBusyError, ShuttingDownError, UnknownModelError
-from .metrics import ServeMetrics, render_prometheus
-from .programs import ServedProgram
-from .schemas import CertaOptions, parse_request
-from .stream import CompletionStream, Job
+from certa.serve.completion import Completion
+from certa.serve.errors import ServerBusyError, ShuttingDownError, UnknownModelError
+from certa.serve.metrics import ServeMetrics, render_prometheus
+from certa.serve.programs import ServedProgram
+from certa.serve.schemas import CertaOptions, parse_request
+from certa.serve.stream import CompletionStream, Job
 
 __all__ = ["CompletionStream", "Server"]
 
@@ -88,7 +88,7 @@ class Server:
         self._owns_backend = runtime is None and isinstance(backend, str)  # made here: closed at shutdown
         if runtime is None:
             if isinstance(scheduler, str):
-                from certa.runtime.schedulers import make_policy
+                from certa.runtime.scheduling.policies import make_policy
                 scheduler = make_policy(scheduler)
             sched = Scheduler(policy=scheduler, limits=AdmissionLimits(max_requests=max_inflight))
             runtime = Runtime(backend, scheduler=sched, limits=limits, **backend_options)

@@ -16,11 +16,11 @@ from typing import TYPE_CHECKING, Any
 
 from certa.runtime.program import Program
 
-from .completion import Completion, Heartbeat, Progress
-from .errors import ShuttingDownError
+from certa.serve.completion import Completion, Heartbeat, Progress
+from certa.serve.errors import ShuttingDownError
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .server import Server
+    from certa.serve.server import Server
 
 __all__ = ["CompletionStream", "Job"]
 

@@ -8,7 +8,7 @@ Backends without native sequences get :class:`ChunkedSequence`, which re-issues
 
 Example:
     >>> import asyncio
-    >>> from certa.runtime.backends.scripted import ScriptedBackend
+    >>> from certa.runtime.backends.testing.scripted import ScriptedBackend
     >>> from certa.runtime.types import GenRequest
     >>> b = ScriptedBackend(responses=["four"])
     >>> asyncio.run(b.generate(GenRequest(prompt="2+2?", rid="r1"))).text
@@ -21,7 +21,7 @@ import abc
 import inspect
 from typing import Any
 
-from ..types import Capabilities, GenRequest, GenResult, ScoreRequest, ScoreResult
+from certa.runtime.types import Capabilities, GenRequest, GenResult, ScoreRequest, ScoreResult
 
 
 class Backend(abc.ABC):

@@ -28,8 +28,8 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
-from ..errors import BackendError, ConfigError
-from ..types import FinishReason, GenRequest, GenResult
+from certa.runtime.errors import BackendError, ConfigError
+from certa.runtime.types import FinishReason, GenRequest, GenResult
 
 RETRYABLE_STATUS = frozenset({408, 429, 502, 503, 504})
 _MAX_MESSAGE = 500

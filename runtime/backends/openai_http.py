@@ -37,10 +37,10 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import BackendError
-from ..types import Capabilities, GenRequest, GenResult, ScoreRequest, ScoreResult
-from .base import Backend
-from .http_common import (StreamState, affinity_key, iter_sse, make_client, normalise_workers, pick_worker,
+from certa.runtime.errors import BackendError
+from certa.runtime.types import Capabilities, GenRequest, GenResult, ScoreRequest, ScoreResult
+from certa.runtime.backends.base import Backend
+from certa.runtime.backends.http_common import (StreamState, affinity_key, iter_sse, make_client, normalise_workers, pick_worker,
                           probs_from_top, server_abort_error, status_error, transport_error, where)
 
 @dataclass(slots=True)

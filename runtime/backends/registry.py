@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import ConfigError
-from .base import Backend
+from certa.runtime.errors import ConfigError
+from certa.runtime.backends.base import Backend
 
 BACKENDS = {
-    "scripted": ("certa.runtime.backends.scripted", "ScriptedBackend"),
-    "llamacpp": ("certa.runtime.backends.llamacpp", "LlamaCppBackend"),
+    "scripted": ("certa.runtime.backends.testing.scripted", "ScriptedBackend"),
+    "llamacpp": ("certa.runtime.backends.llamacpp.backend", "LlamaCppBackend"),
     "openai": ("certa.runtime.backends.openai_http", "OpenAIBackend"),
-    "sglang": ("certa.runtime.backends.sglang_engine", "SGLangEngineBackend"),
-    "sglang-http": ("certa.runtime.backends.sglang_http", "SGLangHTTPBackend"),
+    "sglang": ("certa.runtime.backends.sglang.engine", "SGLangEngineBackend"),
+    "sglang-http": ("certa.runtime.backends.sglang.http", "SGLangHTTPBackend"),
 }
 
 

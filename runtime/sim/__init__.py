@@ -2,7 +2,7 @@
 
 No model runs here. Programs replay reasoning traces (their certaindex decisions are the
 real ones, computed from the traces' answers and probes), pass through certa's own
-:class:`~certa.runtime.scheduler.Scheduler` and policy objects, and run on a simulated
+:class:`~certa.runtime.scheduling.scheduler.Scheduler` and policy objects, and run on a simulated
 continuous-batching engine whose iteration time is ``t = a + b·N + c·K + d·P``. Hardware
 presets are ESTIMATES from public specs; fit them to a real engine with :mod:`.fit`.
 
@@ -20,16 +20,16 @@ Example:
     5
 """
 
-from .cost_model import CostModel, IterationRecord, RecordWriter, load_records, prefill_pairs, save_records
-from .engine import EngineConfig, SimEngine, SimRequest
-from .fit import FitReport, ValidationReport, fit_cost_model, validate
-from .metrics import max_rate_at, summarize
-from .presets import PRESETS, Preset, get_preset
-from .simulator import ProgramRecord, SimResult, default_limits, simulate, standalone_latency
-from .sweep import SweepSpec, run_sweep
-from .synth import synth_traces, write_synth
-from .traces import TraceProblem, dump_traces, load_traces
-from .workload import ProgramConfig, ProgramSpec, make_workload, poisson_arrivals
+from certa.runtime.sim.cost_model import CostModel, IterationRecord, RecordWriter, load_records, prefill_pairs, save_records
+from certa.runtime.sim.engine import EngineConfig, SimEngine, SimRequest
+from certa.runtime.sim.fit import FitReport, ValidationReport, fit_cost_model, validate
+from certa.runtime.sim.metrics import max_rate_at, summarize
+from certa.runtime.sim.presets import PRESETS, Preset, get_preset
+from certa.runtime.sim.simulator import ProgramRecord, SimResult, default_limits, simulate, standalone_latency
+from certa.runtime.sim.sweep import SweepSpec, run_sweep
+from certa.runtime.sim.synth import synth_traces, write_synth
+from certa.eval.traces import TraceProblem, dump_traces, load_traces
+from certa.runtime.sim.workload import ProgramConfig, ProgramSpec, make_workload, poisson_arrivals
 
 __all__ = [
     "CostModel", "EngineConfig", "FitReport", "IterationRecord", "PRESETS", "Preset", "ProgramConfig",

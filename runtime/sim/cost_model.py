@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import IO
 
-from ..errors import ConfigError
+from certa.runtime.errors import ConfigError
 
 
 def prefill_pairs(new: int, cached: int) -> float:

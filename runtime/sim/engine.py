@@ -30,9 +30,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from ..errors import ConfigError
-from ..scheduler import ProgramInfo, SchedulingPolicy, Ticket
-from .cost_model import CostModel, IterationRecord, prefill_pairs
+from certa.runtime.errors import ConfigError
+from certa.runtime.scheduling.scheduler import ProgramInfo, SchedulingPolicy, Ticket
+from certa.runtime.sim.cost_model import CostModel, IterationRecord, prefill_pairs
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,8 +25,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import ConfigError
-from .cost_model import CostModel, IterationRecord
+from certa.runtime.errors import ConfigError
+from certa.runtime.sim.cost_model import CostModel, IterationRecord
 
 
 def nnls(A: np.ndarray, y: np.ndarray) -> np.ndarray:

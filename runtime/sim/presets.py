@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..errors import ConfigError
-from .cost_model import CostModel
+from certa.runtime.errors import ConfigError
+from certa.runtime.sim.cost_model import CostModel
 
 _MS = 1e-3
 

@@ -2,7 +2,7 @@
 
 This is a SIMULATOR (no model runs). Two layers, as in a real deployment:
 
-1. certa's :class:`~certa.runtime.scheduler.Scheduler` (the same class the Runtime uses,
+1. certa's :class:`~certa.runtime.scheduling.scheduler.Scheduler` (the same class the Runtime uses,
    driven through its sync API) admits program requests under :class:`AdmissionLimits`,
    in the order of the policy object;
 2. :class:`~.engine.SimEngine` batches admitted requests continuously, ordering its own
@@ -26,12 +26,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from ..errors import ConfigError
-from ..scheduler import AdmissionLimits, Scheduler, SchedulingPolicy
-from ..schedulers import make_policy
-from .cost_model import CostModel
-from .engine import EngineConfig, EngineStats, SimEngine, SimRequest
-from .workload import ProgramConfig, ProgramSpec, SimProgram, make_program
+from certa.runtime.errors import ConfigError
+from certa.runtime.scheduling.scheduler import AdmissionLimits, Scheduler, SchedulingPolicy
+from certa.runtime.scheduling.policies import make_policy
+from certa.runtime.sim.cost_model import CostModel
+from certa.runtime.sim.engine import EngineConfig, EngineStats, SimEngine, SimRequest
+from certa.runtime.sim.workload import ProgramConfig, ProgramSpec, SimProgram, make_program
 
 
 @dataclass(frozen=True, slots=True)

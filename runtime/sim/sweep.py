@@ -34,14 +34,14 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
-from ..errors import ConfigError
-from ..schedulers import POLICIES
-from .engine import EngineConfig
-from .metrics import max_rate_at, summarize
-from .presets import get_preset
-from .simulator import SimResult, default_limits, simulate, standalone_latency
-from .traces import TraceProblem
-from .workload import ProgramConfig, ProgramSpec, make_workload
+from certa.runtime.errors import ConfigError
+from certa.runtime.scheduling.policies import POLICIES
+from certa.runtime.sim.engine import EngineConfig
+from certa.runtime.sim.metrics import max_rate_at, summarize
+from certa.runtime.sim.presets import get_preset
+from certa.runtime.sim.simulator import SimResult, default_limits, simulate, standalone_latency
+from certa.eval.traces import TraceProblem
+from certa.runtime.sim.workload import ProgramConfig, ProgramSpec, make_workload
 
 GANG = ("app-fifo", "certa-nocd", "certa")
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from .traces import Probe, Sample, TraceProblem, dump_traces
+from certa.eval.traces import Probe, Sample, TraceProblem, dump_traces
 
 #: difficulty class → (share of problems, per-sample accuracy range, length multiplier)
 ACCURACY = {"easy": (0.55, (0.75, 0.98), 1.0), "medium": (0.30, (0.4, 0.75), 1.6), "hard": (0.15, (0.05, 0.4), 2.4)}

@@ -18,9 +18,9 @@ The signals default to the minimal ones in :mod:`.certainty` (this layer may not
 ``certa.algorithms``); front ends pass the library's own through ``ProgramConfig.sc_signal``
 / ``cot_signal`` (``certa sim simulate`` and the benchmark do). With ``early_exit=False``
 programs run to their budget (what a system without certaindex
-does). Each program keeps its :class:`~certa.runtime.scheduler.ProgramInfo` current exactly
+does). Each program keeps its :class:`~certa.runtime.scheduling.scheduler.ProgramInfo` current exactly
 as the Runtime does (``tokens_per_step``, ``certaindex``, ``est_remaining_tokens`` from
-:func:`~certa.runtime.schedulers.remaining_steps`).
+:func:`~certa.runtime.scheduling.policies.remaining_steps`).
 
 Example:
     >>> from certa.runtime.sim.synth import synth_traces
@@ -37,15 +37,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal, Optional
 
-from ..errors import ConfigError
-from ..policy import Threshold
-from ..program import Program
-from ..scheduler import ProgramInfo
-from ..schedulers import remaining_steps
-from ..types import CertaindexPoint, Knob
-from .certainty import entropy_certainty, majority, normalize, probe_certainty
-from .engine import SimRequest
-from .traces import TraceProblem
+from certa.runtime.errors import ConfigError
+from certa.runtime.policy import Threshold
+from certa.runtime.program import Program
+from certa.runtime.scheduling.scheduler import ProgramInfo
+from certa.runtime.scheduling.policies import remaining_steps
+from certa.runtime.types import CertaindexPoint, Knob
+from certa.runtime.sim.certainty import entropy_certainty, majority, normalize, probe_certainty
+from certa.runtime.sim.engine import SimRequest
+from certa.eval.traces import TraceProblem
 
 Kind = Literal["sc", "cot"]
 SCSignal = Callable[[Sequence[Optional[str]]], float]

@@ -1,0 +1,294 @@
+r"""Replay programs: recorded traces as Programs whose decisions come from the real certaindex code.
+
+* :class:`ReplaySC` — Self-Consistency: draws the problem's samples without replacement in
+  a seeded order (:func:`sample_order`), one per step; certaindex is
+  :func:`~certa.algorithms.signals.entropy_certainty` of the drawn answers (``math_equal``
+  clusters, as in :func:`~certa.algorithms.programs.self_consistency.sc_program`); the answer is the
+  majority vote, correct iff the trace marks its first voter correct.
+* :class:`ReplayCoT` — CoT on one probed sample: grows ``interval`` tokens per step and
+  probes after each chunk (the answer recorded at that position); certaindex is a
+  :mod:`~certa.algorithms.signals.cot` signal (default Dynasor's rule over the last ``k`` probes). A chain
+  that finishes answers with its recorded ``pred``/``correct``; one stopped early answers
+  with its last probe, graded against ``gold``.
+
+Both are ordinary :class:`~certa.runtime.program.Program` subclasses: they run in the real
+:class:`~certa.runtime.Runtime` over a :class:`~certa.eval.replay_backend.ReplayBackend`,
+and :func:`drive` runs the same loop synchronously (no event loop, ~3x less CPU) for
+calibration sweeps; ``tests/test_replay.py`` checks that both give identical results. Any
+:class:`~certa.runtime.policy.Policy` decides: Threshold, Even, Length, Pareto, ESC,
+Adaptive-Consistency, ... Tokens are counted by kind exactly as the runtime counts them
+(main, probe decode, ``prompt`` = probe prefill; SC votes cost no model tokens).
+
+Example:
+    >>> from certa.runtime.policy import Threshold
+    >>> from certa.eval.traces import parse_trace_line
+    >>> p = parse_trace_line('{"idx": 0, "gold": "18", "samples": [' + ",".join(
+    ...     '{"tokens": %d, "pred": "18", "correct": true}' % n for n in (100, 120, 140, 160)) + ']}')
+    >>> prog = ReplaySC(p, [0, 1, 2, 3], Threshold(1.0, detect_at=2))
+    >>> drive(prog), prog.tokens.main, prog.answer(), prog.is_correct()
+    ('certaindex', 220, '18', True)
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import random
+from collections.abc import Callable, Coroutine, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from certa.eval.replay_backend import ReplayBackend, ReplaySequence, replay_key
+from certa.runtime.policy import Policy
+from certa.runtime.program import Program
+from certa.eval.traces import Sample, TraceProblem
+from certa.runtime.types import CertaindexPoint, GenRequest, GenResult, Knob, TokenKind
+
+from certa.algorithms.answers.clustering import majority
+from certa.algorithms.prompts import probe_text
+from certa.algorithms.signals.cot import ChainView, CoTSignal, ProbeAgreement
+from certa.algorithms.signals import ProbeObs, entropy_certainty
+
+__all__ = ["DirectContext", "ReplayCoT", "ReplaySC", "ReplayState", "drive", "sample_order"]
+
+SAME = "math"  # answers are compared as sc_program and cot_program compare them
+
+
+@functools.cache
+def _probe_suffix() -> str:
+    return probe_text()
+
+
+def sample_order(problem: TraceProblem, seed: int, order: int = 0) -> list[int]:
+    """A seeded permutation of the problem's sample indices (the SC draw order).
+
+    Deterministic across runs and machines (string-seeded ``random.Random``).
+
+    >>> from certa.eval.traces import parse_trace_line
+    >>> p = parse_trace_line('{"idx": 7, "samples": [{"tokens": 1}, {"tokens": 2}, {"tokens": 3}]}')
+    >>> sample_order(p, 0) == sample_order(p, 0), sorted(sample_order(p, 1))
+    (True, [0, 1, 2])
+    """
+    perm = list(range(len(problem.samples)))
+    random.Random(f"certa-replay:{seed}:{problem.idx}:{order}").shuffle(perm)
+    return perm
+
+
+@dataclass
+class ReplayState:
+    """What a replay program knows: the answers so far (the answers protocol), CoT probes."""
+
+    answers: list[str] = field(default_factory=list)
+    correct: list[bool] = field(default_factory=list)
+    probes: list[ProbeObs] = field(default_factory=list)
+    finished: bool = False
+
+
+class ReplaySC(Program):
+    """Self-Consistency over a trace problem's samples in ``order`` (knob: samples drawn).
+
+    ``memo`` (optional, shared between programs) caches certaindex and votes by answer tuple:
+    both are pure functions of the answers, so this only saves recomputation.
+    """
+
+    name = "replay-sc"
+
+    def __init__(self, problem: TraceProblem, order: Sequence[int], policy: Policy | None = None, *,
+                 memo: dict | None = None) -> None:
+        super().__init__()
+        self.problem, self.order = problem, list(order)
+        self.knob = Knob("branches", cap=len(self.order))
+        self.policy = policy
+        self.state = ReplayState()
+        self._memo = memo if memo is not None else {}
+        self._max_tokens = max(1, max(s.tokens for s in problem.samples))
+
+    async def execute(self, ctx: Any) -> bool:
+        j = self.order[self.knob_used]
+        await ctx.gen(replay_key(self.problem.idx, j), max_tokens=self._max_tokens, temperature=0.7, chat=True)
+        sample = self.problem.samples[j]
+        self.state.answers.append(sample.pred or "")
+        self.state.correct.append(bool(sample.correct))
+        self.knob_used += 1
+        return self.knob_used < len(self.order)
+
+    def _cached(self, tag: str, fn: Callable[[list[str]], Any]) -> Any:
+        key = (tag, tuple(self.state.answers))
+        if key not in self._memo:
+            self._memo[key] = fn(self.state.answers)
+        return self._memo[key]
+
+    def update_certaindex(self) -> float:
+        return self._cached("entropy", lambda a: entropy_certainty(a, same=SAME))
+
+    def answer(self) -> str | None:
+        return self._cached("vote", lambda a: majority(a, same=SAME)[0]) or None
+
+    def is_correct(self) -> bool:
+        """Whether the vote is right: the trace's ``correct`` of the vote's first (earliest) voter."""
+        return self.correct_at(len(self.state.answers))
+
+    def correct_at(self, n: int) -> bool:
+        """Whether the vote over the first ``n`` drawn answers is right (for calibration)."""
+        answers = self.state.answers[:n]
+        key = ("vote", tuple(answers))
+        if key not in self._memo:
+            self._memo[key] = majority(answers, same=SAME)[0]
+        ans = self._memo[key] or None
+        return ans is not None and self.state.correct[answers.index(ans)]
+
+
+class ReplayCoT(Program):
+    """CoT with probe-in-the-middle replayed on ``problem.samples[sample]`` (knob: main decode tokens).
+
+    ``signal`` is the CoT certaindex (default Dynasor's rule, ``ProbeAgreement(k)``; any
+    :mod:`~certa.algorithms.signals.cot` signal or AND of them). Probes are skipped while
+    they could not matter: before ``signal.min_tokens`` minus the signal's probe window.
+    ``grade(answer) -> bool`` judges answers taken from probes (the trace grades only
+    finished chains); ``probe_tokens`` is the probe decode budget.
+    """
+
+    name = "replay-cot"
+
+    def __init__(self, problem: TraceProblem, sample: int, *, k: int, interval: int, policy: Policy | None = None,
+                 grade: Callable[[str], bool], probe_tokens: int = 20, signal: CoTSignal | None = None) -> None:
+        super().__init__()
+        self.problem, self.index, self.sample = problem, sample, problem.samples[sample]
+        self.k, self.interval, self.probe_tokens = k, interval, probe_tokens
+        self.signal = signal if signal is not None else ProbeAgreement(k)
+        self.probe_from = max(0, self.signal.min_tokens - (self.signal.window - 1) * interval)
+        self.knob = Knob("tokens", cap=None)  # the chain ends at its recorded length
+        self.policy, self.grade = policy, grade
+        self.state = ReplayState()
+        self.seq: Any = None
+        self._recorded = {p.at: p for p in self.sample.probes}
+        self._value = 0.0
+        self._probed_chars = 0  # length of the chain text at the last probe
+
+    async def execute(self, ctx: Any) -> bool:
+        if self.seq is None:  # cot_program's ``start`` step: open the sequence, decode nothing
+            self.seq = await ctx.sequence(replay_key(self.problem.idx, self.index),
+                                          max_tokens=max(1, self.sample.tokens), chat=True)
+            return True
+        await self.seq.extend(self.interval)
+        self._value = 0.0
+        if not self.seq.finished and self.seq.tokens >= self.probe_from and \
+                self.signal.probe_due(self.seq.text[self._probed_chars:]):
+            self._probed_chars = len(self.seq.text)
+            out = await self.seq.probe(_probe_suffix(), max_tokens=self.probe_tokens)
+            rec = self._recorded[self.seq.tokens]
+            text = (rec.model_extra or {}).get("text")
+            obs = ProbeObs(self.seq.tokens, rec.answer or "", text if isinstance(text, str) else out.text,
+                           tuple(rec.logprobs) if rec.logprobs is not None else None)
+            self.state.probes.append(obs)
+            self.state.answers.append(obs.answer)
+            self._value = self.signal(ChainView(self.state.probes, self.seq.text, self.seq.tokens))
+        self.state.finished = self.seq.finished
+        return not self.seq.finished
+
+    def update_certaindex(self) -> float:
+        return self._value
+
+    def exited_on_probe(self) -> bool:
+        return not self.state.finished and self._value >= 1.0
+
+    def answer(self) -> str | None:
+        if self.state.finished:
+            return self.sample.pred or None
+        if self.exited_on_probe():
+            return self.state.probes[-1].answer
+        return next((a for a in reversed(self.state.answers) if a), None)  # budget stop: forced answer
+
+    def is_correct(self) -> bool:
+        if self.state.finished:
+            return bool(self.sample.correct)
+        ans = self.answer()
+        return ans is not None and self.grade(ans)
+
+
+# ---- synchronous driver --------------------------------------------------------------------
+class DirectContext:
+    """A replay program's ``ctx``: serves requests straight from a ReplayBackend (no scheduler,
+    no event loop) and counts tokens exactly as :class:`~certa.runtime.program_run.ProgramRun` does."""
+
+    def __init__(self, backend: ReplayBackend, program: Program) -> None:
+        self.backend, self.program = backend, program
+        self._rids = itertools.count()
+
+    def _count(self, kind: TokenKind, res: GenResult) -> GenResult:
+        usage = self.program.tokens
+        usage.requests += 1
+        usage.add(kind, res.tokens)
+        usage.prompt += max(0, res.prompt_tokens - res.cached_prompt_tokens)
+        return res
+
+    def _req(self, prompt: str, max_tokens: int) -> GenRequest:
+        return GenRequest(prompt=prompt, max_tokens=max_tokens, rid=f"{self.program.program_id}:{next(self._rids)}",
+                          program_id=self.program.program_id)
+
+    async def gen(self, prompt: str, *, max_tokens: int = 256, kind: TokenKind = "main", **_: Any) -> GenResult:
+        return self._count(kind, self.backend.serve(self._req(prompt, max_tokens)))
+
+    async def sequence(self, prompt: str, *, max_tokens: int = 1024, **_: Any) -> "_DirectSequence":
+        return _DirectSequence(self, self.backend.open(self._req(prompt, max_tokens)))
+
+
+class _DirectSequence:
+    def __init__(self, ctx: DirectContext, seq: ReplaySequence) -> None:
+        self.ctx, self.seq = ctx, seq
+
+    tokens = property(lambda self: self.seq.tokens)
+    finished = property(lambda self: self.seq.finished)
+    text = property(lambda self: self.seq.text)
+
+    async def extend(self, max_new_tokens: int) -> GenResult:
+        return self.ctx._count("main", self.seq.step(max_new_tokens))
+
+    async def probe(self, suffix: str, max_tokens: int = 20) -> GenResult:
+        return self.ctx._count("probe", self.seq.probe_now(max_tokens))
+
+
+def _step(coro: Coroutine[Any, Any, Any]) -> Any:
+    """Run a coroutine that never suspends (replay steps under a DirectContext) to its value."""
+    try:
+        coro.send(None)
+    except StopIteration as stop:
+        return stop.value
+    coro.close()
+    raise RuntimeError("a replay step suspended; drive() needs programs that only await a DirectContext")
+
+
+def drive(program: Program, backend: ReplayBackend | None = None) -> str:
+    """Run ``program`` to its exit synchronously, as ``Runtime.run`` would; returns the exit reason.
+
+    The loop is the runtime's: runtime-enforced knob cap, ``execute``, certaindex update
+    (trajectory point with the knob and total tokens), ``policy.decide``.
+    """
+    if backend is None:
+        backend = ReplayBackend([program.problem])  # type: ignore[attr-defined]
+    program.program_id = program.program_id or program.display_name
+    ctx, policy, cap = DirectContext(backend, program), program.policy, program.knob_cap
+    while True:
+        if not program.manages_cap and cap is not None and program.knob_value >= cap:
+            return "cap"
+        more = _step(program.execute(ctx))
+        value = program.update_certaindex()
+        if value is not None:
+            signals = value if isinstance(value, dict) else {"certaindex": value}
+            combined = min(signals.values()) if isinstance(value, dict) else value
+            program.signals = signals
+            program.trajectory.append(CertaindexPoint(program.knob_value, combined, signals, program.tokens.total))
+        if policy is not None:
+            decision = policy.decide(program)
+            if decision.stop:
+                return decision.reason
+        if not more:
+            return "cap" if program.hit_cap else "done"
+
+
+def probed(sample: Sample, interval: int | None = None) -> bool:
+    """Whether a sample is a probed chain: it has probes, or (a chain too short to be probed)
+    a ``probes`` field and at most ``interval`` tokens."""
+    if sample.probes:
+        return True
+    return "probes" in sample.model_fields_set and (interval is None or sample.tokens <= interval)

@@ -1,0 +1,198 @@
+"""A loaded GGUF model over llama-cpp-python's low-level API: tokens, text, chat template, samplers.
+
+This module owns no context and no thread; :mod:`llamacpp_engine` does. The chat template
+is read from the GGUF's ``tokenizer.chat_template`` metadata and rendered in a jinja2
+``SandboxedEnvironment``. Message contents are tokenized as plain text (special-token
+strings inside a question cannot open a new chat turn); only the template's own text may
+contain special tokens.
+
+Example:
+    >>> from certa.runtime.models import resolve_model            # doctest: +SKIP
+    >>> m = LlamaModel(resolve_model("qwen2.5-coder-0.5b"))       # doctest: +SKIP
+    >>> m.detokenize(m.tokenize("Hello world"))                   # doctest: +SKIP
+    'Hello world'
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import threading
+from pathlib import Path
+
+import llama_cpp as lc
+from jinja2.sandbox import SandboxedEnvironment
+
+from certa.runtime.errors import BackendError, ConfigError
+
+_backend_lock = threading.Lock()
+_backend_ready = False
+_SENTINEL = "\x1ecerta-msg-{}\x1e"
+
+
+def _init_backend() -> None:
+    global _backend_ready
+    with _backend_lock:
+        if not _backend_ready:
+            lc.llama_backend_init()
+            _backend_ready = True
+
+
+def quiet_llama_logs() -> None:
+    """Route llama.cpp's native log to errors only (the library logger llama-cpp-python uses)."""
+    logging.getLogger("llama-cpp-python").setLevel(logging.ERROR)
+    try:
+        import llama_cpp._logger  # noqa: F401  (installs the callback that honours that logger)
+    except ImportError:  # pragma: no cover
+        pass
+
+
+def _raise(message: str) -> None:
+    raise BackendError(f"chat template error: {message}")
+
+
+class LlamaModel:
+    """One GGUF model: weights, vocabulary, tokenizer, chat template and sampler factory."""
+
+    def __init__(self, path: str | Path, *, n_gpu_layers: int = 0, use_mmap: bool = True) -> None:
+        _init_backend()
+        self.path = Path(path)
+        params = lc.llama_model_default_params()
+        params.n_gpu_layers = n_gpu_layers
+        params.use_mmap = use_mmap
+        ptr = lc.llama_model_load_from_file(str(self.path).encode(), params)
+        if not ptr:
+            raise ConfigError(f"llama.cpp could not load {self.path}", hint="is it a complete GGUF file?")
+        self.ptr = ptr
+        self.vocab = lc.llama_model_get_vocab(ptr)
+        self.n_vocab = int(lc.llama_vocab_n_tokens(self.vocab))
+        self.add_bos = bool(lc.llama_vocab_get_add_bos(self.vocab))
+        self.n_ctx_train = int(lc.llama_model_n_ctx_train(ptr))
+        self.name = self.meta("general.name") or self.path.name
+        self.chat_template = self.meta("tokenizer.chat_template")
+        self._piece_cache: dict[int, bytes] = {}
+        self._jinja = None
+
+    # ---- metadata -------------------------------------------------------------------
+    def meta(self, key: str) -> str | None:
+        """A GGUF metadata value as a string, or None."""
+        size = 1 << 12
+        while True:
+            buf = ctypes.create_string_buffer(size)
+            n = lc.llama_model_meta_val_str(self.ptr, key.encode(), buf, size)
+            if n < 0:
+                return None
+            if n < size:
+                return buf.value.decode("utf-8", errors="replace")
+            size = n + 1
+
+    # ---- tokens ---------------------------------------------------------------------
+    def tokenize(self, text: str, *, add_special: bool = False, parse_special: bool = False) -> list[int]:
+        if not self.ptr:
+            raise BackendError(f"model {self.name} is closed")
+        data = text.encode("utf-8")
+        cap = len(data) + 16
+        arr = (lc.llama_token * cap)()
+        n = lc.llama_tokenize(self.vocab, data, len(data), arr, cap, add_special, parse_special)
+        if n < 0:
+            cap = -n
+            arr = (lc.llama_token * cap)()
+            n = lc.llama_tokenize(self.vocab, data, len(data), arr, cap, add_special, parse_special)
+        return list(arr[:n])
+
+    def piece(self, token: int) -> bytes:
+        """The bytes of one token (special tokens render empty)."""
+        cached = self._piece_cache.get(token)
+        if cached is not None:
+            return cached
+        buf = ctypes.create_string_buffer(64)
+        n = lc.llama_token_to_piece(self.vocab, token, buf, 64, 0, False)
+        if n < 0:
+            buf = ctypes.create_string_buffer(-n)
+            n = lc.llama_token_to_piece(self.vocab, token, buf, -n, 0, False)
+        out = buf.raw[:n]
+        self._piece_cache[token] = out
+        return out
+
+    def detokenize(self, tokens: list[int]) -> str:
+        return b"".join(self.piece(t) for t in tokens).decode("utf-8", errors="replace")
+
+    def is_eog(self, token: int) -> bool:
+        return bool(lc.llama_vocab_is_eog(self.vocab, token))
+
+    def token_text(self, token: int) -> str:
+        return (lc.llama_vocab_get_text(self.vocab, token) or b"").decode("utf-8", errors="replace")
+
+    # ---- prompts --------------------------------------------------------------------
+    def encode_prompt(self, prompt: str, *, chat: bool = False, system: str | None = None,
+                      assistant_prefix: str = "") -> list[int]:
+        """Prompt tokens: raw text (with BOS if the model wants one), or a chat-templated turn
+        (continuing ``assistant_prefix``, plain text, when given)."""
+        if not chat:
+            return self.tokenize(prompt, add_special=True)
+        messages = ([{"role": "system", "content": system}] if system is not None else [])
+        messages.append({"role": "user", "content": prompt})
+        head = self.encode_chat(messages)
+        return head + self.tokenize(assistant_prefix) if assistant_prefix else head
+
+    def _environment(self) -> SandboxedEnvironment:
+        if self._jinja is None:
+            env = SandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+            env.globals["raise_exception"] = _raise
+            self._jinja = env.from_string(self.chat_template or "")
+        return self._jinja
+
+    def render_chat(self, messages: list[dict[str, str]], *, add_generation_prompt: bool = True) -> str:
+        """The chat template (from the GGUF) rendered for ``messages``."""
+        if not self.chat_template:
+            raise ConfigError(f"model {self.name} has no chat template in its GGUF",
+                              hint="use chat=False with a hand-written prompt")
+        bos = self.token_text(lc.llama_vocab_bos(self.vocab)) if self.add_bos else ""
+        eos = self.token_text(lc.llama_vocab_eos(self.vocab))
+        return self._environment().render(messages=messages, add_generation_prompt=add_generation_prompt,
+                                          bos_token=bos, eos_token=eos, tools=None)
+
+    def encode_chat(self, messages: list[dict[str, str]]) -> list[int]:
+        """Tokens of a chat: template text may hold special tokens, message contents never do."""
+        marked = [dict(m, content=_SENTINEL.format(i)) for i, m in enumerate(messages)]
+        rendered = self.render_chat(marked)
+        tokens: list[int] = []
+        rest = rendered
+        for i, m in enumerate(messages):
+            head, sep, rest_ = rest.partition(_SENTINEL.format(i))
+            if not sep:  # the template transformed the content: fall back to one pass
+                return self.tokenize(self.render_chat(messages), parse_special=True)
+            tokens += self.tokenize(head, parse_special=True)
+            tokens += self.tokenize(m["content"], parse_special=False)
+            rest = rest_
+        return tokens + self.tokenize(rest, parse_special=True)
+
+    # ---- samplers -------------------------------------------------------------------
+    @staticmethod
+    def sampler(temperature: float = 0.0, top_p: float = 1.0, top_k: int = 0, seed: int = 0):
+        """A native sampler chain: greedy at temperature 0, else top_k → top_p → temp → dist(seed)."""
+        chain = lc.llama_sampler_chain_init(lc.llama_sampler_chain_default_params())
+        if temperature <= 0.0:
+            lc.llama_sampler_chain_add(chain, lc.llama_sampler_init_greedy())
+            return chain
+        if top_k and top_k > 0:
+            lc.llama_sampler_chain_add(chain, lc.llama_sampler_init_top_k(int(top_k)))
+        if top_p < 1.0:
+            lc.llama_sampler_chain_add(chain, lc.llama_sampler_init_top_p(float(top_p), 1))
+        lc.llama_sampler_chain_add(chain, lc.llama_sampler_init_temp(float(temperature)))
+        lc.llama_sampler_chain_add(chain, lc.llama_sampler_init_dist(int(seed) & 0xFFFFFFFF))
+        return chain
+
+    @staticmethod
+    def free_sampler(chain) -> None:
+        if chain:
+            lc.llama_sampler_free(chain)
+
+    def close(self) -> None:
+        """Free the weights. Idempotent."""
+        ptr, self.ptr = getattr(self, "ptr", None), None
+        if ptr:
+            lc.llama_model_free(ptr)
+
+
+__all__ = ["LlamaModel", "quiet_llama_logs"]

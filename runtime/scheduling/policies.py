@@ -1,0 +1,219 @@
+"""Inter-program scheduling policies: ``fcfs``, ``lpm``, ``app-fifo``, ``certa-nocd``, ``certa``.
+
+One :class:`~certa.runtime.scheduling.scheduler.SchedulingPolicy` object orders the runtime's admission
+queue, the llama.cpp engine's batch, SGLang priorities and the simulator's queues.
+
+* ``fcfs`` — request-level first come first served (SGLang's default ``--schedule-policy``).
+* ``lpm`` — longest prefix match first (``Ticket.cached``), FCFS among equals; like SGLang it
+  falls back to FCFS when more than ``fallback_above`` (128) requests wait.
+* ``app-fifo`` — Parrot-style: programs FIFO by arrival, a program's requests as one gang.
+* ``certa`` — gang + approximate shortest-job-first + aging. A program's key is
+  ``remaining + aging × arrival``: remaining decode tokens (the certaindex-informed
+  ``ProgramInfo.est_remaining_tokens``, see :func:`remaining_steps`) plus an aging credit
+  that makes every older program eventually beat every newer one, so none starves. The
+  key does not drift while a request waits, so SGLang priorities set at submission stay valid.
+* ``certa-nocd`` — the same without certaindex: remaining work from history only
+  (tokens per step × (historical steps per program − steps done)).
+
+Example:
+    >>> from certa.runtime.scheduling.scheduler import ProgramInfo, Ticket
+    >>> pol = make_policy("certa", aging=0.0)
+    >>> short = ProgramInfo("s", arrival=1.0, est_remaining_tokens=100.0)
+    >>> long = ProgramInfo("l", arrival=0.0, est_remaining_tokens=5000.0)
+    >>> ts = [Ticket("l-0", long, 0.0, seq=0), Ticket("s-0", short, 1.0, seq=1)]
+    >>> [t.rid for t in pol.order(ts, now=2.0)]
+    ['s-0', 'l-0']
+    >>> sorted(POLICIES)
+    ['app-fifo', 'certa', 'certa-nocd', 'fcfs', 'lpm']
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from certa.runtime.errors import ConfigError
+from certa.runtime.policy import Threshold
+from certa.runtime.scheduling.scheduler import ProgramInfo, SchedulingPolicy, Ticket
+
+if TYPE_CHECKING:  # pragma: no cover
+    from certa.runtime.policy import Policy
+    from certa.runtime.program import Program
+
+
+class LPM(SchedulingPolicy):
+    """Longest cached prefix first (``Ticket.cached``), then FCFS.
+
+    Args:
+        fallback_above: with more waiting tickets than this, plain FCFS (SGLang does the same).
+    """
+
+    name = "lpm"
+
+    def __init__(self, fallback_above: int | None = 128) -> None:
+        self.fallback_above = fallback_above
+
+    def key(self, ticket: Ticket, now: float) -> tuple:
+        return (-ticket.cached, ticket.enqueued, ticket.seq)
+
+    def order(self, tickets, now: float) -> list[Ticket]:
+        tickets = list(tickets)
+        if self.fallback_above is not None and len(tickets) > self.fallback_above:
+            return sorted(tickets, key=lambda t: (t.enqueued, t.seq))
+        return sorted(tickets, key=lambda t: self.key(t, now))
+
+    def priority(self, ticket: Ticket, now: float) -> float:
+        return ticket.enqueued  # SGLang ignores priority under lpm; FCFS rank is the useful part
+
+
+class AppFIFO(SchedulingPolicy):
+    """Parrot's app-FIFO: the earliest-arrived program first, its requests as one gang."""
+
+    name = "app-fifo"
+    gang = True
+
+    def key(self, ticket: Ticket, now: float) -> tuple:
+        p = ticket.program
+        return (p.arrival, p.program_id, ticket.seq)
+
+    def priority(self, ticket: Ticket, now: float) -> float:
+        return ticket.program.arrival
+
+
+class History:
+    """Running means over finished programs: tokens per step and steps per program."""
+
+    def __init__(self) -> None:
+        self.n = 0
+        self.steps = 0.0
+        self.tokens = 0.0
+
+    def add(self, info: ProgramInfo) -> None:
+        if info.knob_used > 0:
+            self.n += 1
+            self.steps += info.knob_used
+            self.tokens += info.tokens
+
+    @property
+    def tokens_per_step(self) -> float | None:
+        return self.tokens / self.steps if self.steps else None
+
+    @property
+    def steps_per_program(self) -> float | None:
+        return self.steps / self.n if self.n else None
+
+
+class CertaSJF(SchedulingPolicy):
+    """Gang scheduling + approximate SJF on remaining work + aging (``certa``/``certa-nocd``).
+
+    Args:
+        aging: tokens of priority credit per second of age (key = remaining + aging·arrival).
+            0 = pure SJF (may starve long programs); large = app-FIFO.
+        use_certaindex: read ``est_remaining_tokens`` (``certa``) or estimate from history
+            only (``certa-nocd``).
+        prior_tokens_per_step / prior_steps: estimates before any history exists.
+    """
+
+    gang = True
+
+    def __init__(self, aging: float = 50.0, use_certaindex: bool = True, prior_tokens_per_step: float = 1000.0,
+                 prior_steps: float = 4.0) -> None:
+        if aging < 0:
+            raise ConfigError(f"aging must be >= 0, not {aging}")
+        self.aging = aging
+        self.use_certaindex = use_certaindex
+        self.prior_tokens_per_step = prior_tokens_per_step
+        self.prior_steps = prior_steps
+        self.history = History()
+        self.name = "certa" if use_certaindex else "certa-nocd"
+        self._epoch: float | None = None  # first arrival seen: keeps keys (and SGLang ints) small
+
+    def tokens_per_step(self, info: ProgramInfo) -> float:
+        """The program's own tokens per step, else the history's, else the prior."""
+        return info.tokens_per_step or self.history.tokens_per_step or self.prior_tokens_per_step
+
+    def remaining(self, info: ProgramInfo) -> float:
+        """Estimated decode tokens still to come for this program."""
+        if self.use_certaindex and info.est_remaining_tokens is not None:
+            return max(0.0, info.est_remaining_tokens)
+        tps = self.tokens_per_step(info)
+        if self.use_certaindex:
+            steps = info.knob_cap if info.knob_cap is not None else self.prior_steps
+        else:
+            steps = self.history.steps_per_program or info.knob_cap or self.prior_steps
+            if info.knob_cap is not None:
+                steps = min(steps, info.knob_cap)
+        left = steps - info.knob_used
+        return tps * (left if left > 0 else 1.0)  # still asking for work: at least one more step
+
+    def program_key(self, info: ProgramInfo) -> float:
+        """``remaining + aging × arrival`` (arrival counted from the first one seen)."""
+        if self._epoch is None:
+            self._epoch = info.arrival
+        return self.remaining(info) + self.aging * (info.arrival - self._epoch)
+
+    def key(self, ticket: Ticket, now: float) -> tuple:
+        p = ticket.program
+        return (self.program_key(p), p.arrival, p.program_id, ticket.seq)
+
+    def priority(self, ticket: Ticket, now: float) -> float:
+        return self.program_key(ticket.program)
+
+    def observe_finish(self, info: ProgramInfo) -> None:
+        self.history.add(info)
+
+
+POLICIES: dict[str, Any] = {
+    "fcfs": SchedulingPolicy,
+    "lpm": LPM,
+    "app-fifo": AppFIFO,
+    "certa-nocd": lambda **kw: CertaSJF(use_certaindex=False, **kw),
+    "certa": lambda **kw: CertaSJF(use_certaindex=True, **kw),
+}
+
+
+def make_policy(name: str, **kw: Any) -> SchedulingPolicy:
+    """A fresh policy object by name (see :data:`POLICIES`); ``kw`` go to its constructor."""
+    try:
+        factory = POLICIES[name]
+    except KeyError:
+        raise ConfigError(f"unknown scheduling policy {name!r}", hint=f"choose one of {', '.join(POLICIES)}") from None
+    try:
+        return factory(**kw)
+    except TypeError as exc:
+        raise ConfigError(f"bad options for scheduling policy {name!r}: {exc}") from None
+
+
+def remaining_steps(policy: "Policy | None", program: "Program") -> float:
+    """Knob units still to run as implied by the program's certaindex and stop policy.
+
+    For a :class:`~certa.runtime.policy.Threshold` with a next check at ``n`` (the detection
+    step, or the next ``every``): ``(n - k) + (1 - min(1, c / tau)) * (cap - n)`` — a program
+    whose certaindex ``c`` already passes is expected to stop at ``n``, one far below the
+    threshold to run to its cap. No check left, or no certaindex yet: ``cap - k``. Other
+    policies: ``policy.expected_remaining``. Multiply by tokens per step for
+    ``ProgramInfo.est_remaining_tokens``.
+    """
+    k = program.knob_value
+    if policy is None:
+        return float(max(0, program.knob_cap - k)) if program.knob_cap else 0.0
+    cap = policy.budget_cap(program)
+    if not isinstance(policy, Threshold) or cap is None:
+        return float(policy.expected_remaining(program))
+    start = max(policy.detect_at, policy.min_samples)
+    if k < start:
+        nxt = start
+    elif policy.every:
+        nxt = k + policy.every - (k - start) % policy.every
+    else:
+        nxt = None
+    c = program.certaindex
+    if nxt is None or nxt > cap or c is None:
+        return float(max(0, cap - k))
+    if isinstance(policy.tau, dict):
+        unsure = 0.0 if policy.passes(program) else 1.0
+    else:
+        unsure = 1.0 - min(1.0, c / policy.tau) if policy.tau > 0 else 0.0
+    return float(nxt - k) + unsure * (cap - nxt)
+
+
+__all__ = ["AppFIFO", "CertaSJF", "History", "LPM", "POLICIES", "make_policy", "remaining_steps"]

@@ -1,0 +1,315 @@
+"""The inter-program scheduler: admission control plus an ordering policy.
+
+Every request a program sends becomes a :class:`Ticket`. The scheduler admits tickets to
+the backend while the :class:`AdmissionLimits` allow, in the order its
+:class:`SchedulingPolicy` gives. Gang policies (``policy.gang``) admit a program's pending
+tickets together. The SAME policy object also orders an engine's per-iteration batch
+(``order`` / :meth:`Scheduler.pick`), maps to SGLang priorities (``sglang_priority``,
+``rank``) and orders the simulator's queues. Policies live in :mod:`certa.runtime.scheduling.policies`.
+
+Two ways to drive it:
+
+* async (the Runtime): ``t = s.ticket(...)``; ``await s.acquire(t)``; ...; ``s.release(t)``;
+* sync (the simulator, engines with their own loop): ``s.submit(t)``; ``s.admit()`` returns
+  the tickets to start now; ``s.release(t)`` when one ends; ``s.discard(t)`` drops a waiting one.
+
+Example:
+    >>> s = Scheduler(limits=AdmissionLimits(max_requests=1), clock=lambda: 0.0)
+    >>> p = ProgramInfo("p1", arrival=0.0); s.register(p)
+    >>> a, b = s.ticket("p1-a", p), s.ticket("p1-b", p)
+    >>> s.submit(a); s.submit(b)
+    >>> [t.rid for t in s.admit()]          # FCFS, one slot
+    ['p1-a']
+    >>> s.release(a); [t.rid for t in s.admit()]
+    ['p1-b']
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from certa.runtime.scheduling.admission import AdmissionLimits, Ledger
+
+_INT32 = 2**31 - 1  # SGLang's priority is a 32-bit int
+
+
+@dataclass(slots=True)
+class ProgramInfo:
+    """What the scheduler knows of one running program (kept current by the runtime/simulator).
+
+    ``est_remaining_tokens`` is the certaindex-informed estimate of decode tokens still to
+    come (tokens per step × remaining steps implied by the stop policy); ``prefix_tokens`` is
+    the program's shared prompt length (KV budget accounting; 0 = unknown).
+    """
+
+    program_id: str
+    arrival: float
+    tokens: int = 0
+    knob_used: int = 0
+    knob_cap: int | None = None
+    certaindex: float | None = None
+    est_remaining_tokens: float | None = None
+    tokens_per_step: float | None = None
+    deadline: float | None = None
+    inflight: int = 0
+    attained: float = 0.0  # service received (decode tokens), for LAS-style aging
+    name: str = ""
+    prefix_tokens: int = 0
+    prefix_resident: bool = False
+    last_active: float = 0.0
+
+
+@dataclass(slots=True)
+class Ticket:
+    """One pending request of one program.
+
+    ``cached``: prompt tokens already in the engine's prefix cache (engines set it; LPM
+    reads it). ``kv_tokens``: the request's own KV estimate (default ``est_tokens``).
+    """
+
+    rid: str
+    program: ProgramInfo
+    enqueued: float
+    est_tokens: int = 0
+    prefix_hint: str | None = None
+    seq: int = 0
+    waiter: Any = field(default=None, repr=False)
+    cached: int = 0
+    kv_tokens: int | None = None
+
+    @property
+    def kv(self) -> int:
+        return self.est_tokens if self.kv_tokens is None else self.kv_tokens
+
+
+class SchedulingPolicy:
+    """Orders tickets; smaller ``key`` runs first. FCFS here; see :mod:`certa.runtime.scheduling.policies`.
+
+    Subclasses override ``key`` (or ``order``) and may set ``gang = True`` (the scheduler then
+    admits a program's pending tickets as one unit; ``key`` must keep them contiguous).
+    Convention: :meth:`priority` is lower = sooner (certa's, as ``GenRequest.priority``);
+    :meth:`sglang_priority` and :meth:`rank` give SGLang's integers, where a HIGHER value is
+    scheduled first unless the server runs with ``--schedule-low-priority-values-first``.
+    """
+
+    name = "fcfs"
+    gang = False
+
+    def key(self, ticket: Ticket, now: float) -> tuple:
+        return (ticket.enqueued, ticket.seq)
+
+    def order(self, tickets: Iterable[Ticket], now: float) -> list[Ticket]:
+        """Tickets in the order they should run (used by engines forming a batch)."""
+        return sorted(tickets, key=lambda t: self.key(t, now))
+
+    def priority(self, ticket: Ticket, now: float) -> float:
+        """A scalar urgency for backends with native priority (lower = sooner)."""
+        k = self.key(ticket, now)
+        return float(k[0]) if k and isinstance(k[0], (int, float)) else 0.0
+
+    def sglang_priority(self, ticket: Ticket, now: float, *, low_first: bool = False,
+                        resolution: float = 1.0) -> int:
+        """SGLang's request ``priority``: ``priority()`` in units of ``resolution``, negated
+        unless ``low_first`` (server flag ``--schedule-low-priority-values-first``)."""
+        v = max(-_INT32, min(_INT32, round(self.priority(ticket, now) / resolution)))
+        return int(v if low_first else -v)
+
+    def rank(self, tickets: Iterable[Ticket], now: float, *, low_first: bool = False) -> dict[str, int]:
+        """Dense integer ranks by rid over ``tickets`` (gang policies: one rank per program).
+
+        With ``low_first=False`` (SGLang's default) the most urgent ticket gets the highest rank.
+        """
+        ordered = self.order(tickets, now)
+        ranks: dict[str, int] = {}
+        level, last = -1, object()
+        for t in ordered:
+            unit = t.program.program_id if self.gang else t.rid
+            if unit != last:
+                level, last = level + 1, unit
+            ranks[t.rid] = level
+        top = level
+        return ranks if low_first else {rid: top - r for rid, r in ranks.items()}
+
+    def observe_finish(self, info: ProgramInfo) -> None:
+        """Called when a program leaves the scheduler (policies that learn from history)."""
+
+
+FCFS = SchedulingPolicy
+
+
+class Scheduler:
+    """Admission control + ordering. With no limits it never queues (zero overhead path).
+
+    Args:
+        policy: the ordering policy (default FCFS). ``limits``: admission caps.
+        clock: time source (the simulator passes its own). ``on_evict``: called with a
+            program id when its idle prefix is evicted to make KV room.
+    """
+
+    def __init__(self, policy: SchedulingPolicy | None = None, limits: AdmissionLimits | None = None,
+                 clock: Callable[[], float] = time.monotonic,
+                 on_evict: Callable[[str], None] | None = None) -> None:
+        self.policy = policy or SchedulingPolicy()
+        self.ledger = Ledger(limits or AdmissionLimits(), on_evict)
+        self.clock = clock
+        self.programs: dict[str, ProgramInfo] = {}
+        self._waiting: list[Ticket] = []
+        self._running: dict[str, Ticket] = {}
+        self._seq = itertools.count()
+        self._pump_scheduled = False
+
+    @property
+    def limits(self) -> AdmissionLimits:
+        return self.ledger.limits
+
+    @limits.setter
+    def limits(self, value: AdmissionLimits) -> None:
+        self.ledger.limits = value
+
+    # ---- program registry -----------------------------------------------------------
+    def register(self, info: ProgramInfo, *, as_id: str | None = None) -> None:
+        """Know a program; ``as_id`` registers a sub-program under its root's info (one gang)."""
+        self.programs[as_id or info.program_id] = info
+
+    def unregister(self, program_id: str) -> None:
+        info = self.programs.pop(program_id, None)
+        if info is not None and info.program_id == program_id:  # the owner, not a sub-program's alias
+            self.ledger.drop_prefix(info)
+            self.policy.observe_finish(info)
+
+    def pending(self, program_id: str) -> list[Ticket]:
+        """The waiting tickets of one program, oldest first (the gang the policy moves)."""
+        return [t for t in self._waiting if t.program.program_id == program_id]
+
+    # ---- tickets --------------------------------------------------------------------
+    @property
+    def unlimited(self) -> bool:
+        return self.limits.unlimited
+
+    def ticket(self, rid: str, program: ProgramInfo, est_tokens: int = 0, prefix_hint: str | None = None,
+               kv_tokens: int | None = None) -> Ticket:
+        return Ticket(rid=rid, program=program, enqueued=self.clock(), est_tokens=est_tokens,
+                      prefix_hint=prefix_hint, seq=next(self._seq), kv_tokens=kv_tokens)
+
+    def submit(self, t: Ticket) -> None:
+        """Queue ``t`` without admitting it (sync drivers call :meth:`admit` next)."""
+        self._waiting.append(t)
+
+    def discard(self, t: Ticket) -> bool:
+        """Drop a waiting ticket (its program exited). True if it was waiting."""
+        try:
+            self._waiting.remove(t)
+            return True
+        except ValueError:
+            return False
+
+    # ---- admission ------------------------------------------------------------------
+    def _take(self, t: Ticket) -> None:
+        self.ledger.take(t, self.clock())
+        self._running[t.rid] = t
+
+    def _groups(self, ordered: list[Ticket]) -> list[list[Ticket]]:
+        if not self.policy.gang:
+            return [[t] for t in ordered]
+        groups: dict[str, list[Ticket]] = {}
+        for t in ordered:
+            groups.setdefault(t.program.program_id, []).append(t)
+        return list(groups.values())
+
+    def admit(self) -> list[Ticket]:
+        """Admit waiting tickets in policy order while the limits allow; returns them in order.
+
+        Head-of-line: when the most urgent unit (a ticket, or a program's whole gang) does
+        not fit, nothing behind it is admitted, so aging keeps its no-starvation promise.
+        A gang that can never fit at once, or whose program already runs, is admitted in part.
+        """
+        if not self._waiting or self.ledger.full:
+            return []
+        now = self.clock()
+        for t in self._waiting:  # LPM: a program's prefix is warm while it is resident
+            t.cached = t.program.prefix_tokens if t.program.prefix_resident else 0
+        admitted: list[Ticket] = []
+        for group in self._groups(self.policy.order(self._waiting, now)):
+            whole = self.unlimited or self.ledger.fits(group, self.programs.values())
+            if not whole and group[0].program.inflight == 0 and self.ledger.could_ever_fit(group):
+                break  # wait until the whole gang fits
+            for t in group:
+                if not whole and not self.ledger.fits([t], self.programs.values()):
+                    return admitted
+                self._waiting.remove(t)
+                self._take(t)
+                admitted.append(t)
+        return admitted
+
+    def release(self, t: Ticket) -> None:
+        """``t`` left the backend (done, failed or aborted): free its capacity at once."""
+        if self._running.pop(t.rid, None) is None:
+            return
+        self.ledger.free(t, self.clock())
+        if any(w.waiter is not None for w in self._waiting):
+            self._pump()
+
+    # ---- async path (the Runtime) ---------------------------------------------------
+    async def acquire(self, t: Ticket) -> None:
+        """Wait until ``t`` may go to the backend."""
+        if self.unlimited:
+            self._take(t)
+            return
+        loop = asyncio.get_running_loop()
+        t.waiter = loop.create_future()
+        self._waiting.append(t)
+        if self.policy.gang:  # let the rest of a fan-out burst arrive before deciding
+            if not self._pump_scheduled:
+                self._pump_scheduled = True
+                loop.call_soon(self._deferred_pump)
+        else:
+            self._pump()
+        try:
+            await t.waiter
+        except asyncio.CancelledError:
+            if not self.discard(t) and t.waiter.done() and not t.waiter.cancelled():
+                self.release(t)  # admitted just as we were cancelled
+            raise
+
+    def _deferred_pump(self) -> None:
+        self._pump_scheduled = False
+        self._pump()
+
+    def _pump(self) -> None:
+        for t in self.admit():
+            if t.waiter is not None and not t.waiter.done():
+                t.waiter.set_result(None)
+
+    # ---- engines forming their own batches --------------------------------------------
+    def running(self) -> list[Ticket]:
+        """Tickets admitted and not yet released."""
+        return list(self._running.values())
+
+    def lookup(self, rid: str) -> Ticket | None:
+        """The admitted ticket with this rid, if any."""
+        return self._running.get(rid)
+
+    def pick(self, tickets: Iterable[Ticket], k: int) -> list[Ticket]:
+        """The ``k`` tickets to run this iteration, in policy order (an engine's batch)."""
+        return self.policy.order(tickets, self.clock())[:k]
+
+    @property
+    def queue_depth(self) -> int:
+        return len(self._waiting)
+
+    @property
+    def inflight(self) -> int:
+        return self.ledger.requests
+
+    @property
+    def kv_in_use(self) -> int:
+        """Estimated KV tokens: in-flight tickets plus resident prefixes."""
+        return self.ledger.kv + self.ledger.prefix_kv
+
+
+__all__ = ["AdmissionLimits", "FCFS", "ProgramInfo", "Scheduler", "SchedulingPolicy", "Ticket"]

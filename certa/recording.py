@@ -39,7 +39,7 @@ from typing import Any
 from certa.algorithms.answers import extract_answer, extract_probe_answer
 from certa.eval.collect import TraceFile
 from certa.algorithms.answers.equivalence import grade
-from certa.runtime.backends.base import Backend, Sequence
+from certa.runtime.backends.base import Backend, BackendSequence
 from certa.runtime.runtime import Runtime
 from certa.runtime.types import GenRequest, GenResult, ScoreRequest, ScoreResult
 
@@ -54,10 +54,10 @@ class _Tape:
         self.probes: list[dict[str, Any]] | None = None
 
 
-class RecordingSequence(Sequence):
+class RecordingSequence(BackendSequence):
     """Forwards to the wrapped sequence and notes its chunks and probes on a tape."""
 
-    def __init__(self, inner: Sequence, tape: _Tape) -> None:
+    def __init__(self, inner: BackendSequence, tape: _Tape) -> None:
         super().__init__(inner.req)
         self.inner, self.tape = inner, tape
         tape.probes = []
@@ -108,7 +108,7 @@ class RecordingBackend(Backend):
             self.tapes[self._program(req)].append(tape)
         return out
 
-    async def open_sequence(self, req: GenRequest) -> Sequence:
+    async def open_sequence(self, req: GenRequest) -> BackendSequence:
         tape = _Tape(req)
         self.tapes[self._program(req)].append(tape)
         return RecordingSequence(await self.inner.open_sequence(req), tape)

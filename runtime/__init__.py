@@ -3,7 +3,7 @@
 This layer imports neither ``certa.dsl`` nor ``certa.algorithms``.
 """
 
-from certa.runtime.backends import Backend, ChunkedSequence, ScriptedBackend, Sequence
+from certa.runtime.backends import Backend, ChunkedSequence, ScriptedBackend, BackendSequence
 from certa.runtime.context import Context, ManagedSequence
 from certa.runtime.draw import Mermaid
 from certa.runtime.errors import CertaError
@@ -11,7 +11,8 @@ from certa.runtime.events import Event, EventBus
 from certa.runtime.policy import CONTINUE, Decision, Even, Length, Policy, Threshold
 from certa.runtime.program import Program
 from certa.runtime.result import Result
-from certa.runtime.program_run import ProgramRun, RetryPolicy, RuntimeLimits
+from certa.runtime.limits import RetryPolicy, RuntimeLimits
+from certa.runtime.program_run import ProgramRun
 from certa.runtime.runtime import Runtime, run_blocking
 from certa.runtime.scheduling.scheduler import AdmissionLimits, ProgramInfo, Scheduler, SchedulingPolicy, Ticket
 from certa.runtime.types import (Capabilities, CertaindexPoint, GenRequest, GenResult, Knob, ScoreRequest, ScoreResult,
@@ -22,5 +23,5 @@ __all__ = [
     "Context", "Decision", "Even", "Event", "EventBus", "GenRequest", "GenResult", "Knob", "Length", "ProgramRun",
     "ManagedSequence", "Mermaid", "Policy", "Program", "ProgramInfo", "Result", "RetryPolicy", "Runtime",
     "RuntimeLimits", "Scheduler", "SchedulingPolicy", "ScoreRequest", "ScoreResult", "ScriptedBackend",
-    "Sequence", "Threshold", "Ticket", "TokenUsage", "run_blocking",
+    "BackendSequence", "Threshold", "Ticket", "TokenUsage", "run_blocking",
 ]

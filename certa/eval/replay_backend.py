@@ -39,7 +39,7 @@ from collections.abc import Iterable
 from certa.runtime.errors import BackendError, TraceFormatError
 from certa.eval.traces import Probe, Sample, TraceProblem
 from certa.runtime.types import Capabilities, GenRequest, GenResult
-from certa.runtime.backends.base import Backend, Sequence
+from certa.runtime.backends.base import Backend, BackendSequence
 
 __all__ = ["PROBE_MAX_TOKENS", "PROBE_PREFILL_TOKENS", "ReplayBackend", "ReplaySequence", "estimate_probe_tokens",
            "probe_cost", "probe_prefill", "replay_key"]
@@ -101,7 +101,7 @@ def probe_prefill(probe: Probe) -> int:
     return PROBE_PREFILL_TOKENS
 
 
-class ReplaySequence(Sequence):
+class ReplaySequence(BackendSequence):
     """A recorded sample revealed chunk by chunk; probes return the answer recorded at the position.
 
     ``extend``/``probe`` never suspend, so a replay can also be driven without an event loop.

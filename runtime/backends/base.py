@@ -57,7 +57,7 @@ class Backend(abc.ABC):
             probs = {o: 1.0 / len(req.options) for o in req.options}
         return ScoreResult(probs=probs, prompt_tokens=out.prompt_tokens, tokens=out.tokens, rid=req.rid)
 
-    async def open_sequence(self, req: GenRequest) -> "Sequence":
+    async def open_sequence(self, req: GenRequest) -> "BackendSequence":
         """Start a live sequence for ``req`` (prompt only; nothing is decoded yet)."""
         return ChunkedSequence(self, req)
 
@@ -71,7 +71,7 @@ class Backend(abc.ABC):
         await self.close()
 
 
-class Sequence(abc.ABC):
+class BackendSequence(abc.ABC):
     """A live generation that grows chunk by chunk and can be probed between chunks."""
 
     def __init__(self, req: GenRequest) -> None:
@@ -98,7 +98,7 @@ class Sequence(abc.ABC):
         """Free the sequence's resources."""
 
 
-class ChunkedSequence(Sequence):
+class ChunkedSequence(BackendSequence):
     """Generic sequence over any backend: each chunk and probe is a separate request.
 
     Exactness caveat: re-tokenising ``prompt + text`` at chunk boundaries can differ from

@@ -32,7 +32,7 @@ from certa.runtime.errors import BackendError, LimitExceededError
 from certa.runtime.models import resolve_model
 from certa.runtime.scheduling.scheduler import Scheduler
 from certa.runtime.types import Capabilities, GenRequest, GenResult, ScoreRequest, ScoreResult
-from certa.runtime.backends.base import Backend, Sequence
+from certa.runtime.backends.base import Backend, BackendSequence
 from certa.runtime.backends.llamacpp.engine import LlamaEngine
 from certa.runtime.backends.llamacpp.jobs import Job, Probe, TextTail
 from certa.runtime.backends.llamacpp.model import LlamaModel, quiet_llama_logs
@@ -158,7 +158,7 @@ class LlamaCppBackend(Backend):
         return self.engine.stats()
 
 
-class LlamaCppSequence(Sequence):
+class LlamaCppSequence(BackendSequence):
     """A live llama.cpp sequence. Cancelling an ``extend`` aborts the sequence; cancelling a
     ``probe`` rolls the probe back and keeps the sequence."""
 

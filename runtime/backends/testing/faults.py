@@ -50,7 +50,7 @@ from typing import Any
 
 from certa.runtime.errors import BackendError, ConfigError
 from certa.runtime.types import Capabilities, GenRequest, GenResult, ScoreRequest, ScoreResult
-from certa.runtime.backends.base import Backend, Sequence
+from certa.runtime.backends.base import Backend, BackendSequence
 
 FAULT_KINDS = ("error_before", "fatal", "error_mid", "disconnect", "timeout", "slow", "abort_race")
 """Every fault kind :class:`FaultyBackend` can inject."""
@@ -235,7 +235,7 @@ class FaultyBackend(Backend):
     def live_rids(self) -> set[str]:
         return self.inner.live_rids()
 
-    async def open_sequence(self, req: GenRequest) -> Sequence:
+    async def open_sequence(self, req: GenRequest) -> BackendSequence:
         return await self.inner.open_sequence(req)
 
     async def close(self) -> None:

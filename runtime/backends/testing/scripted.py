@@ -26,7 +26,7 @@ from typing import Union
 
 from certa.runtime.errors import BackendError
 from certa.runtime.types import Capabilities, GenRequest, GenResult, ScoreRequest, ScoreResult
-from certa.runtime.backends.base import Backend, Sequence
+from certa.runtime.backends.base import Backend, BackendSequence
 
 Responder = Union[Seq[str], Mapping[str, Union[str, Seq[str]]], Callable[[GenRequest], str], None]
 _WORD = re.compile(r"\S+\s*|\s+")
@@ -163,13 +163,13 @@ class ScriptedBackend(Backend):
             self._live.pop(req.rid, None)
         return ScoreResult(probs=dict(self._scores(req)), prompt_tokens=len(words(req.prompt)), rid=req.rid)
 
-    async def open_sequence(self, req: GenRequest) -> Sequence:
+    async def open_sequence(self, req: GenRequest) -> BackendSequence:
         if self._probe is None:
             return await super().open_sequence(req)
         return ScriptedSequence(self, req)
 
 
-class ScriptedSequence(Sequence):
+class ScriptedSequence(BackendSequence):
     """A native scripted sequence: the whole response is fixed at open, revealed chunk by chunk."""
 
     def __init__(self, backend: ScriptedBackend, req: GenRequest) -> None:

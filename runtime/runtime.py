@@ -29,7 +29,8 @@ from certa.runtime.context import Context
 from certa.runtime.errors import CertaError, CertaindexRangeError, ConfigError, StepFailedError
 from certa.runtime.events import EventBus
 from certa.runtime.program import Program
-from certa.runtime.program_run import ProgramRun, RetryPolicy, RuntimeLimits
+from certa.runtime.limits import RetryPolicy, RuntimeLimits
+from certa.runtime.program_run import ProgramRun
 from certa.runtime.result import Result
 from certa.runtime.scheduling.scheduler import Scheduler
 from certa.runtime.scheduling.policies import remaining_steps

@@ -33,7 +33,7 @@ from certa.runtime.backends.base import Backend
 from certa.runtime.errors import ConfigError, LimitExceededError
 from certa.runtime.events import Event
 from certa.runtime.policy import Policy
-from certa.runtime.program_run import RuntimeLimits
+from certa.runtime.limits import RuntimeLimits
 from certa.runtime.result import Result
 from certa.runtime.runtime import Runtime
 from certa.runtime.scheduling.scheduler import AdmissionLimits, Scheduler, SchedulingPolicy

@@ -1,29 +1,63 @@
 """certa: declare LLM reasoning programs as graphs, run them with certaindex early exit.
 
+The names below load on first use (module ``__getattr__``), so ``import certa.runtime``
+does not pay for the DSL, the algorithms library or their dependencies.
+
 Example:
     >>> import certa as ct
     >>> ct.Threshold(0.5, detect_at=4)
     Threshold(tau=0.5, detect_at=4, every=None)
 """
 
-from certa.dsl import (END, START, Annotated, Appended, CompiledGraph, Extended, Graph, GraphProgram, Reducer,
-                       Send, State, add, append, extend, max_, merge, min_)
-from certa.runtime import (AdmissionLimits, Backend, Capabilities, CertaError, Context, Decision, Even, Event,
-                           GenRequest, GenResult, Knob, Length, Mermaid, Policy, Program, Result, Runtime,
-                           RuntimeLimits, Scheduler, SchedulingPolicy, ScriptedBackend, Threshold, TokenUsage,
-                           run_blocking)
+from __future__ import annotations
 
-from certa.algorithms import answers, prompts, signals
-from certa.algorithms.answers import equivalence
-from certa.algorithms.prompts import prompt
+import importlib
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "END", "START", "AdmissionLimits", "Annotated", "Appended", "Backend", "Capabilities", "CertaError",
-    "CompiledGraph", "Context", "Decision", "Even", "Event", "Extended", "GenRequest", "GenResult", "Graph",
-    "GraphProgram", "Knob", "Length", "Mermaid", "Policy", "Program", "Reducer", "Result", "Runtime",
-    "RuntimeLimits", "Scheduler", "SchedulingPolicy", "ScriptedBackend", "Send", "State", "Threshold",
-    "TokenUsage", "add", "answers", "append", "equivalence", "extend", "max_", "merge", "min_", "prompt", "prompts",
-    "run_blocking", "signals",
-]
+_DSL = ("END", "START", "Annotated", "Appended", "CompiledGraph", "Extended", "Graph", "GraphProgram", "Reducer",
+        "Send", "State", "add", "append", "extend", "max_", "merge", "min_")
+_RUNTIME = ("AdmissionLimits", "Backend", "Capabilities", "CertaError", "Context", "Decision", "Even", "Event",
+            "GenRequest", "GenResult", "Knob", "Length", "Mermaid", "Policy", "Program", "Result", "Runtime",
+            "RuntimeLimits", "Scheduler", "SchedulingPolicy", "ScriptedBackend", "Threshold", "TokenUsage",
+            "run_blocking")
+
+# public name -> (module, attribute or None for the module itself)
+_LAZY: dict[str, tuple[str, str | None]] = {
+    **{name: ("certa.dsl", name) for name in _DSL},
+    **{name: ("certa.runtime", name) for name in _RUNTIME},
+    "answers": ("certa.algorithms.answers", None),
+    "equivalence": ("certa.algorithms.answers.equivalence", None),
+    "prompts": ("certa.algorithms.prompts", None),
+    "prompt": ("certa.algorithms.prompts", "prompt"),
+    "signals": ("certa.algorithms.signals", None),
+}
+
+__all__ = sorted(_LAZY)
+
+if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
+    from certa.algorithms import answers, prompts, signals
+    from certa.algorithms.answers import equivalence
+    from certa.algorithms.prompts import prompt
+    from certa.dsl import (END, START, Annotated, Appended, CompiledGraph, Extended, Graph, GraphProgram, Reducer,
+                           Send, State, add, append, extend, max_, merge, min_)
+    from certa.runtime import (AdmissionLimits, Backend, Capabilities, CertaError, Context, Decision, Even, Event,
+                               GenRequest, GenResult, Knob, Length, Mermaid, Policy, Program, Result, Runtime,
+                               RuntimeLimits, Scheduler, SchedulingPolicy, ScriptedBackend, Threshold, TokenUsage,
+                               run_blocking)
+
+
+def __getattr__(name: str) -> Any:
+    try:
+        module_name, attr = _LAZY[name]
+    except KeyError:
+        raise AttributeError(f"module 'certa' has no attribute {name!r}") from None
+    module = importlib.import_module(module_name)
+    value = module if attr is None else getattr(module, attr)
+    globals()[name] = value  # later look-ups skip __getattr__
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})

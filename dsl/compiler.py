@@ -1,6 +1,6 @@
 """compile(): validate a Graph with networkx and lower it to a program factory.
 
-Each check raises a :class:`certa.runtime.errors.CompileError` subclass with a stable code
+Each check raises a :class:`certa.dsl.errors.CompileError` subclass with a stable code
 naming the step (see docs/errors.md):
 
 - CT101 unknown-step: an edge, branch, entry or knob names a step that does not exist
@@ -21,9 +21,8 @@ from typing import Any
 
 import networkx as nx
 
-from certa.runtime.errors import (InvalidGraphError, MissingCertaindexError, UnboundedFanoutError,
-                                  UnboundedLoopError, UnknownStateKeyError, UnknownStepError,
-                                  UnreachableStepError)
+from certa.dsl.errors import (InvalidGraphError, MissingCertaindexError, UnboundedFanoutError, UnboundedLoopError,
+                              UnknownStateKeyError, UnknownStepError, UnreachableStepError)
 from certa.runtime.policy import Policy
 
 from certa.dsl.graph import END, START, Graph

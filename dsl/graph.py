@@ -27,7 +27,7 @@ from typing import Any, overload
 
 from pydantic import BaseModel
 
-from certa.runtime.errors import InvalidGraphError
+from certa.dsl.errors import InvalidGraphError
 from certa.runtime.policy import Policy
 from certa.runtime.types import Knob
 
@@ -186,7 +186,7 @@ class Graph:
     def compile(self, policy: Policy | None = None, *, name: str | None = None):
         """Validate the graph and lower it to a program factory (:class:`CompiledGraph`).
 
-        Raises a :class:`certa.runtime.errors.CompileError` subclass naming the step on any
+        Raises a :class:`certa.dsl.errors.CompileError` subclass naming the step on any
         structural problem (codes CT101–CT107, see docs/errors.md).
         """
         from certa.dsl.compiler import compile_graph

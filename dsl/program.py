@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 
 from certa.runtime.context import Context
-from certa.runtime.errors import CertaError, ConfigError, LimitExceededError, StepFailedError, UnknownStepError
+from certa.dsl.errors import UnknownStepError
+from certa.runtime.errors import CertaError, ConfigError, LimitExceededError, StepFailedError
 from certa.runtime.program import Program
 
 from certa.dsl.graph import END, Send, StepSpec

@@ -22,7 +22,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict
 
-from certa.runtime.errors import UnknownStateKeyError
+from certa.dsl.errors import UnknownStateKeyError
 
 
 class State(BaseModel):

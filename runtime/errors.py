@@ -1,14 +1,17 @@
-"""certa's error hierarchy: every error carries a stable code and names where it happened.
+"""certa's error base and the runtime's errors: every error carries a stable code and names where it happened.
 
 Codes are stable strings (documented in ``docs/errors.md``); messages say what went wrong
-and, where possible, how to fix it.
+and, where possible, how to fix it. :class:`CertaError` is the one base; each layer owns
+the errors it raises: the runtime's are here, the DSL's compile errors in
+``certa.dsl.errors``, the evaluation tooling's in ``certa.eval.errors``, the server's in
+``certa.serve.errors``.
 
 Example:
-    >>> err = UnknownStepError("edge points to 'smaple'", step="smaple", hint="did you mean 'sample'?")
+    >>> err = StepFailedError("ZeroDivisionError: division by zero", program="sc", step="vote")
     >>> err.code
-    'CT101'
+    'CT201'
     >>> str(err)
-    "CT101 unknown-step [step=smaple]: edge points to 'smaple' (hint: did you mean 'sample'?)"
+    'CT201 step-failed [program=sc step=vote]: ZeroDivisionError: division by zero'
 """
 
 from __future__ import annotations
@@ -50,42 +53,6 @@ class CertaError(Exception):
 
 def _rebuild(cls, message, program, step, branch, hint):
     return cls(message, program=program, step=step, branch=branch, hint=hint)
-
-
-# ---- compile-time errors (raised by graph.compile) -------------------------------------
-class CompileError(CertaError):
-    """A graph is malformed; raised by ``Graph.compile``."""
-
-    code = "CT100"
-    name = "compile-error"
-
-
-class UnknownStepError(CompileError):
-    code, name = "CT101", "unknown-step"
-
-
-class UnreachableStepError(CompileError):
-    code, name = "CT102", "unreachable-step"
-
-
-class UnboundedLoopError(CompileError):
-    code, name = "CT103", "unbounded-loop"
-
-
-class UnboundedFanoutError(CompileError):
-    code, name = "CT104", "unbounded-fanout"
-
-
-class MissingCertaindexError(CompileError):
-    code, name = "CT105", "missing-certaindex"
-
-
-class UnknownStateKeyError(CompileError):
-    code, name = "CT106", "unknown-state-key"
-
-
-class InvalidGraphError(CompileError):
-    code, name = "CT107", "invalid-graph"
 
 
 # ---- run-time errors --------------------------------------------------------------------
@@ -138,18 +105,9 @@ class ModelIntegrityError(ConfigError):
     code, name = "CT302", "model-integrity"
 
 
-class DatasetError(ConfigError):
-    code, name = "CT303", "dataset-error"
-
-
-class TraceFormatError(ConfigError):
-    code, name = "CT304", "trace-format"
-
-
 ALL_ERRORS: tuple[type[CertaError], ...] = (
-    CertaError, CompileError, UnknownStepError, UnreachableStepError, UnboundedLoopError,
-    UnboundedFanoutError, MissingCertaindexError, UnknownStateKeyError, InvalidGraphError,
-    RuntimeFailure, StepFailedError, CertaindexRangeError, BackendError, RequestAbortedError,
-    LimitExceededError, ConfigError, ModelNotFoundError, ModelIntegrityError, DatasetError,
-    TraceFormatError,
+    CertaError, RuntimeFailure, StepFailedError, CertaindexRangeError, BackendError, RequestAbortedError,
+    LimitExceededError, ConfigError, ModelNotFoundError, ModelIntegrityError,
 )
+"""The runtime's error classes; each layer above lists its own (``certa.dsl.errors``,
+``certa.eval.errors``, ``certa.serve.errors``), and ``docs/errors.md`` lists every code."""

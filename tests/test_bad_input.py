@@ -281,7 +281,7 @@ SAMPLE = {"tokens": 10, "finished": True, "pred": "1", "correct": True, "text": 
 ])
 def test_bad_trace_files(line, expected, tmp_path):
     traces = pytest.importorskip("certa.eval.traces")
-    from certa.runtime.errors import TraceFormatError
+    from certa.eval.errors import TraceFormatError
     path = tmp_path / "t.jsonl"
     path.write_text(json.dumps({"idx": 0, "gold": "1", "samples": [SAMPLE]}) + "\n" + line + "\n")
     with pytest.raises(TraceFormatError) as e:
@@ -291,7 +291,7 @@ def test_bad_trace_files(line, expected, tmp_path):
 
 def test_missing_and_empty_trace_files(tmp_path):
     traces = pytest.importorskip("certa.eval.traces")
-    from certa.runtime.errors import TraceFormatError
+    from certa.eval.errors import TraceFormatError
     with pytest.raises(TraceFormatError, match="does not exist"):
         traces.load_traces(tmp_path / "none.jsonl")
     (tmp_path / "empty.jsonl").write_text("\n\n")
@@ -301,7 +301,7 @@ def test_missing_and_empty_trace_files(tmp_path):
 
 def test_deeply_nested_trace_line_is_a_trace_format_error(tmp_path):
     traces = pytest.importorskip("certa.eval.traces")
-    from certa.runtime.errors import TraceFormatError
+    from certa.eval.errors import TraceFormatError
     path = tmp_path / "big.jsonl"
     path.write_text("[" * 200_000 + "]" * 200_000 + "\n")  # deep nesting: must fail cleanly
     with pytest.raises(TraceFormatError):

@@ -15,7 +15,7 @@ from certa.eval.calibration import calibrate, calibrate_split, split_problems
 from certa.eval.evalstats import bootstrap_ci, compare, iso_tokens
 from certa.eval.replay_eval import Replayer, Scores
 from certa.cli import _load_policy, app
-from certa.runtime.errors import DatasetError
+from certa.eval.errors import DatasetError
 from certa.runtime.policy import Policy
 from certa.eval.traces import load_traces, parse_trace_line
 

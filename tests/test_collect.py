@@ -20,7 +20,8 @@ from certa.eval.datasets import Problem
 from certa.eval.replay_eval import Replayer
 from certa.cli import app
 from certa.runtime.backends.testing.scripted import ScriptedBackend, words
-from certa.runtime.errors import ConfigError, DatasetError, TraceFormatError
+from certa.eval.errors import DatasetError, TraceFormatError
+from certa.runtime.errors import ConfigError
 from certa.runtime.policy import Threshold
 from certa.eval.traces import load_traces
 

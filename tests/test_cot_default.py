@@ -58,7 +58,7 @@ def test_cli_writes_the_report(bench, tmp_path, monkeypatch, capsys):
 
 
 def test_reserved_rows_are_refused(bench):
-    from certa.runtime.errors import DatasetError
+    from certa.eval.errors import DatasetError
     from certa.eval.traces import parse_trace_line
     chains = synth_traces(6, seed=0, samples=4, probed=3, interval=32, mean_tokens=300, max_tokens=512)
     lines = [json.loads(p.model_dump_json(exclude_none=True)) for p in chains]

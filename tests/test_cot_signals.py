@@ -15,10 +15,11 @@ from certa.eval.bench_tokens import bench_tokens
 from certa.eval.calibration import calibrate_split
 from certa.algorithms.signals.cot import (AllOf, ChainView, Confident, Grounded, ProbeAgreement, Progress, Settled,
                                           answer_probability, signal_from_dict)
-from certa.eval.replay import ReplayCoT, drive
+from certa.eval.replay import ReplayCoT, run_replay
 from certa.algorithms.signals import ProbeObs
 from certa.eval.replay_backend import text_at
-from certa.runtime.errors import ConfigError, TraceFormatError
+from certa.eval.errors import TraceFormatError
+from certa.runtime.errors import ConfigError
 from certa.runtime.sim.synth import synth_traces
 from certa.eval.traces import parse_trace_line
 
@@ -112,7 +113,7 @@ def run(signal, k=1):
     prog = ReplayCoT(p, 0, k=k, interval=32, grade=lambda a: a == "18", signal=signal)
     from certa.runtime.policy import Threshold
     prog.policy = Threshold(1.0, detect_at=1, every=1)
-    return drive(prog), prog
+    return run_replay(prog), prog
 
 
 def test_replayed_signals_decide_on_the_recorded_evidence():

@@ -9,7 +9,7 @@ import pytest
 from certa.eval import datasets as ds
 from certa.eval.datasets import Problem, load_dataset
 from certa.algorithms.answers.equivalence import grade
-from certa.runtime.errors import DatasetError
+from certa.eval.errors import DatasetError
 
 
 @pytest.fixture(scope="module")

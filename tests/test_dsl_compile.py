@@ -7,7 +7,7 @@ from typing import Literal, TypedDict
 import pytest
 
 import certa as ct
-from certa.runtime import errors as E
+from certa.dsl import errors as E
 
 
 class S(ct.State):

@@ -13,7 +13,8 @@ from certa.eval.datasets import data_dir
 from certa.algorithms.programs.library import PROGRAMS, build, describe
 from certa.cli import app
 from certa.dsl import CompiledGraph
-from certa.runtime.errors import ConfigError, DatasetError
+from certa.eval.errors import DatasetError
+from certa.runtime.errors import ConfigError
 
 MINE = [f"certa.algorithms.programs.{m}" for m in ("cot_probe", "self_consistency", "mcts", "rebase", "sc_mcts",
                                                  "library", "tree")] + ["certa.algorithms.policies.stopping"]

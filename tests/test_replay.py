@@ -10,11 +10,12 @@ import pathlib
 import pytest
 
 from certa.algorithms.policies import ESC, AdaptiveConsistency, Pareto
-from certa.eval.replay import ReplayCoT, ReplaySC, drive, sample_order
+from certa.eval.replay import ReplayCoT, ReplaySC, run_replay, sample_order
 from certa.eval.replay_eval import Replayer
 from certa.runtime import Runtime
 from certa.eval.replay_backend import PROBE_PREFILL_TOKENS, ReplayBackend, estimate_probe_tokens
-from certa.runtime.errors import ConfigError, TraceFormatError
+from certa.eval.errors import TraceFormatError
+from certa.runtime.errors import ConfigError
 from certa.runtime.policy import Even, Length, Threshold
 from certa.eval.traces import load_traces, parse_trace_line
 
@@ -41,7 +42,7 @@ def never_cot(p):
 def test_sc_counts_exactly_the_drawn_samples():
     p = problem([10, 20, 30, 40, 50], ["18", "18", "7", "18", "18"])
     prog = ReplaySC(p, [4, 2, 0, 1, 3], Even(3))
-    assert drive(prog) == "budget"
+    assert run_replay(prog) == "budget"
     t = prog.tokens
     assert (t.main, t.probe, t.score, t.prompt, t.requests) == (50 + 30 + 10, 0, 0, 0, 3)
     assert prog.state.answers == ["18", "7", "18"] and prog.answer() == "18" and prog.is_correct()
@@ -51,17 +52,17 @@ def test_sc_threshold_decides_with_entropy_certainty_at_the_detection_step():
     p = problem([10, 20, 30, 40], ["18", "7", "18", "18"])
     # after 2 samples the answers differ (certaindex 0): no stop at the single check
     prog = ReplaySC(p, [0, 1, 2, 3], Threshold(0.5, detect_at=2))
-    assert drive(prog) == "done" and prog.tokens.main == 100
+    assert run_replay(prog) == "done" and prog.tokens.main == 100
     assert [round(pt.value, 3) for pt in prog.trajectory] == [0.0, 0.0, 0.421, 0.594]
     # checked every sample from 3 on: stops at 3 with 2 of 3 agreeing (0.42 >= 0.4)
     prog = ReplaySC(p, [0, 1, 2, 3], Threshold(0.4, detect_at=3, every=1))
-    assert drive(prog) == "certaindex" and prog.tokens.main == 60 and prog.knob_value == 3
+    assert run_replay(prog) == "certaindex" and prog.tokens.main == 60 and prog.knob_value == 3
 
 
 def test_sc_vote_correctness_comes_from_the_first_voter_in_the_trace():
     p = problem([5, 5, 5], ["18.0", "18", "7"], correct=[True, False, False])
     prog = ReplaySC(p, [1, 0, 2])
-    drive(prog)
+    run_replay(prog)
     assert prog.answer() == "18" and not prog.is_correct()  # "18" (first voter) is marked wrong
 
 
@@ -75,7 +76,7 @@ def test_sample_order_is_a_seeded_permutation():
 def test_length_baseline_stops_on_total_tokens():
     p = problem([10, 20, 30, 40], ["1", "2", "3", "4"])
     prog = ReplaySC(p, [0, 1, 2, 3], Length(25))
-    assert drive(prog) == "length" and prog.tokens.main == 30
+    assert run_replay(prog) == "length" and prog.tokens.main == 30
 
 
 # ---- CoT --------------------------------------------------------------------------------
@@ -91,7 +92,7 @@ def cot_problem(recorded=False):
 def test_cot_probe_tokens_estimated_when_not_recorded():
     p = cot_problem()
     prog = ReplayCoT(p, 0, k=2, interval=32, policy=Threshold(1.0, detect_at=1, every=1), grade=never_cot(p))
-    assert drive(prog) == "certaindex"
+    assert run_replay(prog) == "certaindex"
     # probes at 32 ("7") and 64 ("18"), 96 ("18") -> exit at 96
     t = prog.tokens
     assert t.main == 96
@@ -103,7 +104,7 @@ def test_cot_probe_tokens_estimated_when_not_recorded():
 def test_cot_probe_tokens_recorded_are_used():
     p = cot_problem(recorded=True)
     prog = ReplayCoT(p, 0, k=2, interval=32, policy=Threshold(1.0, detect_at=1, every=1), grade=never_cot(p))
-    drive(prog)
+    run_replay(prog)
     assert (prog.tokens.main, prog.tokens.probe, prog.tokens.prompt) == (96, 27, 75)
 
 
@@ -114,14 +115,14 @@ def test_cot_hesitation_in_the_probe_text_blocks_the_exit():
         q["text"] = q["answer"] + "} wait"
     p = parse_trace_line(json.dumps(data))
     prog = ReplayCoT(p, 0, k=2, interval=32, policy=Threshold(1.0, detect_at=1, every=1), grade=never_cot(p))
-    assert drive(prog) == "done" and prog.tokens.main == 100  # ran to its natural end
+    assert run_replay(prog) == "done" and prog.tokens.main == 100  # ran to its natural end
     assert prog.answer() == "18" and prog.is_correct()
 
 
 def test_cot_budget_cut_answers_with_one_forced_probe():
     p = cot_problem()
     prog = ReplayCoT(p, 0, k=1, interval=48, policy=Even(48), grade=lambda a: a == "18")
-    assert drive(prog) == "budget"
+    assert run_replay(prog) == "budget"
     assert (prog.tokens.main, prog.tokens.probe, prog.tokens.requests) == (48, 3, 2) and prog.is_correct()
 
 
@@ -160,7 +161,7 @@ def test_drive_matches_the_real_runtime_for_sc(policy):
     for p in problems:
         order = sample_order(p, 5)
         fast, slow = ReplaySC(p, order, policy), ReplaySC(p, order, policy)
-        reason = drive(fast, backend)
+        reason = run_replay(fast, backend)
         got = asyncio.run(real(slow))
         assert got == (reason, fast.tokens.as_dict(), fast.answer(),
                        [(c.knob, c.value) for c in fast.trajectory]), p.idx
@@ -177,7 +178,7 @@ def test_drive_matches_the_real_runtime_for_cot(k, interval, policy):
         judge = never_cot(p)
         fast = ReplayCoT(p, 0, k=k, interval=interval, policy=policy, grade=judge)
         slow = ReplayCoT(p, 0, k=k, interval=interval, policy=policy, grade=judge)
-        reason = drive(fast, backend)
+        reason = run_replay(fast, backend)
         res = asyncio.run(rt.run(slow))
         assert (res.exit_reason, res.tokens.as_dict(), res.answer) == (reason, fast.tokens.as_dict(), fast.answer())
         assert slow.is_correct() == fast.is_correct()

@@ -20,7 +20,8 @@ import pytest
 
 import certa as ct
 from certa.algorithms.programs.library import build
-from certa.runtime.errors import ConfigError, LimitExceededError, MissingCertaindexError
+from certa.dsl.errors import MissingCertaindexError
+from certa.runtime.errors import ConfigError, LimitExceededError
 from certa.serve import (BadRequestError, Completion, Heartbeat, Progress, Server, ServerBusyError, ShuttingDownError,
                          UnknownModelError)
 from certa.serve.schemas import ChatRequest, CompletionRequest, parse_request

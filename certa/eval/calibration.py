@@ -33,7 +33,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from certa.runtime.errors import ConfigError, DatasetError
+from certa.eval.errors import DatasetError
+from certa.runtime.errors import ConfigError
 from certa.runtime.policy import Even, Policy, Threshold
 from certa.eval.traces import TraceProblem
 

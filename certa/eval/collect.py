@@ -42,7 +42,8 @@ from typing import Any
 
 from certa.runtime.durable import append_synced, fsync_dir
 from certa.runtime.backends.base import Backend, probe_kwargs
-from certa.runtime.errors import ConfigError, DatasetError, TraceFormatError
+from certa.eval.errors import DatasetError, TraceFormatError
+from certa.runtime.errors import ConfigError
 from certa.eval.traces import parse_trace_line
 from certa.runtime.types import GenRequest, GenResult
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Union
 
-from certa.runtime.errors import DatasetError
+from certa.eval.errors import DatasetError
 
 from certa.algorithms.answers import gold_answer
 

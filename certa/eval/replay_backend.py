@@ -36,7 +36,8 @@ import asyncio
 import math
 from collections.abc import Iterable
 
-from certa.runtime.errors import BackendError, TraceFormatError
+from certa.eval.errors import TraceFormatError
+from certa.runtime.errors import BackendError
 from certa.eval.traces import Probe, Sample, TraceProblem
 from certa.runtime.types import Capabilities, GenRequest, GenResult
 from certa.runtime.backends.base import Backend, BackendSequence

@@ -26,14 +26,15 @@ from typing import Literal
 import numpy as np
 
 from certa.eval.replay_backend import PROBE_MAX_TOKENS, ReplayBackend, probe_cost, probe_prefill
-from certa.runtime.errors import ConfigError, TraceFormatError
+from certa.eval.errors import TraceFormatError
+from certa.runtime.errors import ConfigError
 from certa.runtime.policy import Policy
 from certa.eval.traces import TraceProblem
 
 from certa.algorithms.answers.clustering import majority
 from certa.algorithms.signals.cot import CoTSignal
 from certa.algorithms.answers.equivalence import grade, math_equal
-from certa.eval.replay import SAME, ReplayCoT, ReplaySC, drive, probed, sample_order
+from certa.eval.replay import SAME, ReplayCoT, ReplaySC, probed, run_replay, sample_order
 
 __all__ = ["ProgramKind", "Replayer", "Scores", "check_traces", "trace_interval"]
 
@@ -222,7 +223,7 @@ class Replayer:
         for problem in self.problems:
             rows = []
             for prog in programs(problem):
-                exits[drive(prog, self.backend)] += 1
+                exits[run_replay(prog, self.backend)] += 1
                 t = prog.tokens
                 rows.append((t.total, float(prog.is_correct()), t.main, t.probe, t.score, t.prompt, prog.knob_value))
                 if on_program is not None:

@@ -6,7 +6,7 @@ Format (DESIGN.md): ``{"idx", "gold", "model", "interval", "samples": [{"tokens"
 are probe-in-the-middle answers at token positions ``at`` (only some samples have them;
 optional per probe: ``chars``, the length of the sample's text when probed, and ``logprobs``
 of the greedy probe tokens) and ``interval`` is the probe spacing in tokens. Malformed files raise
-:class:`~certa.runtime.errors.TraceFormatError` naming the file, line and field.
+:class:`~certa.eval.errors.TraceFormatError` naming the file, line and field.
 
 Example:
     >>> line = ('{"idx": 3, "gold": "18", "model": "m", "interval": 32, "samples": ['
@@ -29,7 +29,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from certa.runtime.errors import TraceFormatError
+from certa.eval.errors import TraceFormatError
 
 
 class Probe(BaseModel):

@@ -15,8 +15,9 @@ Example:
 
 from __future__ import annotations
 
-from certa.runtime.errors import (BackendError, CertaError, CompileError, ConfigError, LimitExceededError,
-                                  RequestAbortedError, RuntimeFailure)
+from certa.dsl.errors import CompileError
+from certa.runtime.errors import (BackendError, CertaError, ConfigError, LimitExceededError, RequestAbortedError,
+                                  RuntimeFailure)
 
 __all__ = ["BadRequestError", "ServerBusyError", "ShuttingDownError", "UnknownModelError", "error_type",
            "http_status"]

@@ -8,7 +8,8 @@ import random
 
 import pytest
 
-from certa.runtime.errors import ConfigError, TraceFormatError
+from certa.eval.errors import TraceFormatError
+from certa.runtime.errors import ConfigError
 from certa.runtime.sim.certainty import entropy_certainty, hesitant, majority, normalize, probe_certainty
 from certa.runtime.sim.cost_model import CostModel, IterationRecord, RecordWriter, load_records, prefill_pairs
 from certa.runtime.sim.engine import EngineConfig, SimEngine, SimRequest

@@ -45,8 +45,9 @@ def test_cost_model_arithmetic():
 
 def test_presets_are_labelled_estimates():
     assert {"h100-llama-3.1-8b", "h200-llama-3.1-8b", "h100-r1-distill-qwen-7b", "h200-r1-distill-qwen-7b"} <= set(PRESETS)
-    for p in PRESETS.values():
-        assert p.estimate and "ESTIMATE" in p.note
+    for p in PRESETS.values():  # fitted presets still say which terms are estimates
+        assert p.estimate == (p.source == "estimate") and "ESTIMATE" in p.note
+    assert not get_preset("a100-llama-3.1-8b").estimate and "FITTED" in get_preset("a100-llama-3.1-8b").note
     p = get_preset("h100-llama-3.1-8b")  # serving notes: bs=256 at 1,152 context ≈ 27 ms per step
     assert 0.025 < p.cost.iteration_time(256, 256 * 1152, 0) < 0.029
     with pytest.raises(ConfigError):

@@ -1,17 +1,25 @@
-"""Hardware × model presets for the simulator. ESTIMATES, not measurements.
+"""Hardware × model presets for the simulator: which are fitted to measurements, which are estimates.
 
-Coefficients come from public specifications (HBM bandwidth at 75%, dense BF16 FLOPs,
-weight and KV sizes) cross-checked against Vidur's H100 profiles; see
-``docs/scheduling.md`` and the serving notes §5.3. Absolute times are ±20–30% until fitted
-on the real engine (:mod:`.fit`); policy rankings need only the model's shape (large fixed
-per-step cost, decode linear in KV read, hard KV capacity, prefix reuse).
+Two kinds (``Preset.source``):
+
+* ``"fitted"`` — the linear part (``a``, ``b``, ``b_small``/``small_n``: every GEMM, norm and
+  residual add) is fitted by :mod:`.profiles` to Vidur's measured per-operator GPU profiles
+  (``../shared/data/vidur-profiles``; ``benchmarks/fit_presets.py`` reproduces the numbers
+  below). The profiles hold no attention kernels, LM head, sampling or launch time, so ``c``
+  (KV bytes / 75% of HBM bandwidth), ``d`` (attention FLOPs per query·key pair) and the LM
+  head + ~0.3 ms added to ``a`` stay spec-derived ESTIMATES — said in each preset's note.
+* ``"estimate"`` — every coefficient from public specifications (HBM bandwidth at 75%, dense
+  BF16 FLOPs, weight and KV sizes; the serving notes §5.3), ±20–30%.
+
+Policy rankings need only the model's shape (large fixed per-step cost, decode linear in KV
+read, hard KV capacity, prefix reuse); absolute times need a fitted preset.
 
 Example:
     >>> p = get_preset("h200-r1-distill-qwen-7b")
-    >>> p.estimate, p.kv_capacity
-    (True, 1800000)
-    >>> sorted(PRESETS)[0]
-    'h100-llama-3.1-8b'
+    >>> p.estimate, p.source, p.kv_capacity
+    (True, 'estimate', 1800000)
+    >>> get_preset("a100-llama-3.1-8b").source
+    'fitted'
 """
 
 from __future__ import annotations
@@ -36,6 +44,61 @@ class Preset:
     kv_bytes_per_token: int
     estimate: bool = True  # True: derived from specs, not measured
     note: str = "ESTIMATE from public specs (serving notes §5.3), ±20-30% until fitted"
+    source: str = "estimate"  # "fitted": linear part fitted to measured profiles (see the note)
+
+
+@dataclass(frozen=True, slots=True)
+class Hardware:
+    """Public specifications of one GPU (BF16, TP=1)."""
+
+    name: str
+    hbm_gb: float
+    bandwidth: float  # bytes/s
+    attention_flops: float  # effective FLOP/s of attention kernels (~40-65% of dense peak)
+
+
+@dataclass(frozen=True, slots=True)
+class Architecture:
+    """What the spec-derived terms need of a model: layers, heads, KV heads, width, vocabulary."""
+
+    name: str
+    layers: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    hidden: int
+    vocab: int
+    weight_gb: float
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        return 2 * self.layers * self.kv_heads * self.head_dim * 2  # K and V, BF16
+
+
+H100 = Hardware("H100 SXM 80GB", 80, 3.35e12, 400e12)
+A100 = Hardware("A100 SXM 80GB", 80, 2.039e12, 200e12)
+LLAMA_2_7B = Architecture("Llama-2-7B", 32, 32, 32, 128, 4096, 32_000, 13.5)
+LLAMA_3_8B = Architecture("Llama-3.1-8B", 32, 32, 8, 128, 4096, 128_256, 16.1)
+
+
+def lm_head_ms(hw: Hardware, arch: Architecture) -> float:
+    """Spec-derived per-iteration time the profiles miss: reading the LM head, plus ~0.3 ms sampling and launch."""
+    return arch.hidden * arch.vocab * 2 / (0.75 * hw.bandwidth) / _MS + 0.3
+
+
+def fitted(name: str, hw: Hardware, arch: Architecture, *, a_ms: float, b_ms: float, b_small_ms: float,
+           small_n: int, fit_note: str) -> Preset:
+    """A preset whose linear part was fitted to a profile; attention, LM head and KV pool from specs."""
+    extra_ms = lm_head_ms(hw, arch)
+    c_ms = arch.kv_bytes_per_token / (0.75 * hw.bandwidth) / _MS
+    d_ms = 4 * arch.layers * arch.heads * arch.head_dim / hw.attention_flops / _MS
+    kv_capacity = int((0.88 * hw.hbm_gb - arch.weight_gb - 4) * 1e9 / arch.kv_bytes_per_token) // 1000 * 1000
+    cost = CostModel(a=(a_ms + extra_ms) * _MS, b=b_ms * _MS, c=c_ms * _MS, d=d_ms * _MS,
+                     b_small=b_small_ms * _MS, small_n=small_n)
+    note = (f"linear part FITTED to {fit_note}; attention (c, d), LM head + 0.3 ms in a "
+            f"({extra_ms:.2f} ms) and the KV pool are ESTIMATES from public specs")
+    return Preset(name, hw.name, arch.name, cost, kv_capacity, arch.kv_bytes_per_token, estimate=False,
+                  note=note, source="fitted")
 
 
 def _p(name: str, hw: str, model: str, a: float, c: float, d: float, kv: int, kvb: int) -> Preset:
@@ -50,6 +113,14 @@ PRESETS: dict[str, Preset] = {p.name: p for p in (
        890_000, 57_344),
     _p("h200-r1-distill-qwen-7b", "H200 SXM 141GB", "DeepSeek-R1-Distill-Qwen-7B", 4.5, 1.6e-5, 1.0e-6,
        1_800_000, 57_344),
+    # Fitted by `python benchmarks/fit_presets.py --profiles ../shared/data/vidur-profiles` (tests check it).
+    fitted("h100-llama-2-7b", H100, LLAMA_2_7B, a_ms=5.416, b_ms=0.01857, b_small_ms=0.01455, small_n=512,
+           fit_note="Vidur's H100 Llama-2-7B profile (N = 1-4096: mean error 4.8%, 92% of N within 10%)"),
+    fitted("a100-llama-2-7b", A100, LLAMA_2_7B, a_ms=8.591, b_ms=0.05973, b_small_ms=0.04255, small_n=512,
+           fit_note="Vidur's A100 Llama-2-7B profile (N = 1-4096: mean error 5.1%, 85% of N within 10%)"),
+    fitted("a100-llama-3.1-8b", A100, LLAMA_3_8B, a_ms=9.369, b_ms=0.06540, b_small_ms=0.04680, small_n=512,
+           fit_note="Vidur's A100 Llama-3-8B profile (N = 1-32768: mean error 3.1%, 91% of N within 10%; "
+                    "the architecture of Llama-3.1-8B and DeepSeek-R1-Distill-Llama-8B)"),
 )}
 
 
@@ -61,4 +132,5 @@ def get_preset(name: str) -> Preset:
         raise ConfigError(f"unknown simulator preset {name!r}", hint=f"choose one of {', '.join(PRESETS)}") from None
 
 
-__all__ = ["PRESETS", "Preset", "get_preset"]
+__all__ = ["A100", "Architecture", "H100", "Hardware", "LLAMA_2_7B", "LLAMA_3_8B", "PRESETS", "Preset", "fitted",
+           "get_preset", "lm_head_ms"]

@@ -51,4 +51,5 @@ def test_the_checker_catches_a_wrong_module():
     assert resolve("certa.algorithms.signals.entropy_certainty")
     assert not resolve("certa.algorithms.signals.no_such_signal")
     assert not resolve("certa.runtime.schedulers.fcfs")  # a module path from before the layout change
-    assert references("from certa.runtime import Runtime, Knob\n") == {"certa.runtime.Runtime", "certa.runtime.Knob"}
+    assert references("from certa.runtime import Runtime, Knob\n") == {"certa.runtime", "certa.runtime.Runtime",
+                                                                    "certa.runtime.Knob"}

@@ -6,6 +6,7 @@ code (plus a hint line), exit status 2, like every certa command.
 
 Examples:
     certa traces collect --dataset gsm8k --idx 0:80 --samples 16 --probe-interval 32 --probe-samples 4 --out t.jsonl
+    certa traces import --format reasoning-gsm8k outputs.jsonl.gz t.jsonl.gz
     certa calibrate --program sc --traces t.jsonl --cal-fraction 0.5 --seed 0 --out policy.json
     certa bench tokens --program sc --traces t.jsonl --json sc.json --png sc.png
     certa run sc --dataset gsm8k --idx 0:10 --policy policy.json
@@ -200,6 +201,36 @@ def collect(
         console.print(f"[yellow]interrupted[/yellow]: {out_path} keeps every finished problem (rerun to resume)")
         raise typer.Exit(130) from None
     typer.echo(f"wrote {report.written} problems ({report.skipped} already in {out_path}) in {report.wall_s:.0f}s")
+
+
+@traces_app.command("import")
+def import_cmd(
+    src: str = typer.Argument(..., help="JSONL (or .jsonl.gz) of reasoning-model outputs"),
+    out_path: str = typer.Argument(..., help="trace file to write (.jsonl, or .jsonl.gz compressed)"),
+    fmt: str = typer.Option("auto", "--format", help="reasoning-gsm8k, reasoning-aime, reasoning-math500, vllm, "
+                                                     "sglang, openai, or auto (by the rows' fields)"),
+    interval: int = typer.Option(32, help="tokens between text probes"),
+    dataset: Optional[str] = typer.Option(None, help="grading rules (default: from the format, the rows or the "
+                                                     "file name; else math)"),
+    model: Optional[str] = typer.Option(None, help="model name to record (default: from the file name)"),
+    tokenizer: Optional[str] = typer.Option(None, help="GGUF path or known name whose vocab counts tokens "
+                                                       "(default: certa's small model, vocab only)"),
+    debug: bool = typer.Option(False, help="show full tracebacks"),
+) -> None:
+    """Import reasoning-model outputs (<think> chains) as traces with text probes every --interval tokens.
+
+    Example: certa traces import --format reasoning-gsm8k Qwen3-0.6B_gsm8k.jsonl.gz qwen3.jsonl.gz
+    """
+    try:
+        from certa.eval.importers import Tokenizer, import_traces
+        report = import_traces(src, out_path, fmt=fmt, interval=interval, dataset=dataset, model=model,
+                               tokenizer=Tokenizer.default(tokenizer) if tokenizer else None)
+    except (CertaError, OSError) as exc:
+        _fail(exc, debug)
+    for line, why in report.skipped:
+        console.print(f"skipped {Path(src).name}:{line}: {why}")
+    typer.echo(f"wrote {report.written} problems ({report.samples} chains) to {out_path}; "
+               f"{len(report.skipped)} rows skipped; tokens counted with {report.tokenizer}")
 
 
 def _at_levels(problems: list, levels: Optional[str]) -> list:

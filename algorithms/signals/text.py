@@ -1,0 +1,302 @@
+r"""Text probes: CoT certaindex read from the streamed chain itself, at zero decode cost.
+
+A reasoning model (R1-style, Qwen3, Phi-4-reasoning) states its answer long before it stops
+thinking, then re-verifies it. Instead of asking the model (a probe costs decode tokens),
+these signals read the answer the chain has *committed to* so far:
+
+- :func:`statements` finds answer statements in the text: ``\boxed{X}`` and "the (final)
+  answer is X" / "final answer: X" (kind ``answer``), and conclusions — a sentence opened by
+  a conclusion marker ("so", "therefore", "thus", ...) whose clause ends in ``= X`` or
+  ``is X`` (kind ``conclude``; intermediate results look like this too, so a conclusion
+  only counts when it names the quantity the question asks for, :func:`asked_quantity`);
+- :func:`committed_answer` is the value of the latest statement;
+- :class:`Committed` is the signal: 1.0 iff the committed answer has been stated ``confirm``
+  times in a row (each restatement after re-verification counts), the text since the latest
+  statement holds no doubt ("wait", "but", "let me double-check", ...) and is at least
+  ``quiet`` characters long (what follows a statement decides whether it was final), the run
+  of statements has survived ``survive`` characters, and the value has the type the question
+  asks for (a number for numeric datasets, an integer 0..999 for AIME, a percent when asked).
+
+It implements :class:`~certa.algorithms.signals.cot.CoTSignal`, so it combines with the
+probe signals through :class:`~certa.algorithms.signals.cot.AllOf` and round-trips through
+``to_dict``/:func:`~certa.algorithms.signals.cot.signal_from_dict` (kind ``committed``).
+Traces imported with ``certa traces import`` carry text probes (the committed answer every T
+tokens); live, ``cot_program(probe="text")`` reads the stream and forces the answer on exit.
+
+Example:
+    >>> q = "Janet sells eggs for $2 each. How much in dollars does she make?"
+    >>> t = "16 - 3 - 4 = 9 eggs. So she makes 9 * 2 = 18 dollars.\n\nWait, let me double-check: 9 * 2 = 18. "
+    >>> [(s.kind, s.value) for s in statements(t, question=q)]
+    [('conclude', '18')]
+    >>> rule = Committed(confirm=1, quiet=0, question=q)
+    >>> rule(ChainView([], t, 60)), rule(ChainView([], t + "So the answer is 18.", 70))
+    (0.0, 1.0)
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from dataclasses import dataclass
+from typing import ClassVar, Literal
+
+from certa.runtime.errors import ConfigError
+
+from certa.algorithms.answers.equivalence import math_equal
+from certa.algorithms.answers.extract import NUMERIC_DATASETS, canonical_dataset
+from certa.algorithms.signals.cot import ChainView, CoTSignal, _KINDS
+
+__all__ = ["Committed", "DOUBT_WORDS", "Statement", "asked_quantity", "committed_answer", "statements"]
+
+DOUBT_WORDS: tuple[str, ...] = ("wait", "but", "hmm", "hold on", "actually", "however", "double-check",
+                                "double check", "let me check", "let me verify", "let me recheck", "re-check",
+                                "recheck", "mistake", "alternatively", "reconsider", "re-evaluate", "not sure",
+                                "is that right", "did i")
+"""What follows a tentative answer: the chain is re-verifying it (whole words, case-insensitive)."""
+
+_DOUBT = re.compile(r"\b(?:" + "|".join(re.escape(w) for w in DOUBT_WORDS) + r")\b|\?", re.IGNORECASE)
+_BOX = re.compile(r"\\(?:boxed|fbox)\s*\{")
+_ANSWER = re.compile(r"\b(?:final\s+answer|answer)\s*(?:is|should\s+be|would\s+be|will\s+be|=|:)\s*:?\s*",
+                     re.IGNORECASE)
+_CONCLUDE = re.compile(r"(?:^|(?<=[.!\n:]))\s*(?:\*\*)?\s*(?:so|therefore|thus|hence|that\s+means|which\s+means|"
+                       r"in\s+total|altogether|overall|finally)\b(?:[^.\n?]|\.(?=\d))*(?:=|\bis\b|\bare\b|\bmakes\b|"
+                       r"\bearns\b|\bpays\b|\bneeds\b|\bhas\b|\bhave\b)\s*", re.IGNORECASE)
+_NUMBER = re.compile(r"-?\$?\s*\d[\d,]*(?:\.\d+)?\s*(?:\\?%|percent)?")
+_LATEX_VALUE = re.compile(r"\\[dt]?frac\{[^{}]*\}\{[^{}]*\}|\\sqrt\{[^{}]*\}|[-\d\w\\{}^+*/().,√π]+")
+_WRAP = re.compile(r"^\s*(?:\*\*|\$+|\\\(|\\\[)\s*|\s*(?:\*\*|\$+|\\\)|\\\])\s*$")
+_ASK = re.compile(r"\bhow\s+(?:many|much)\s+(?:more\s+|less\s+|fewer\s+)?([a-z]+)|\bwhat\s+(?:is|was|are|were)\s+"
+                  r"(?:the\s+)?(?:total\s+)?([a-z]+)|\b(percent(?:age)?)\b", re.IGNORECASE)
+_GENERIC = {"the", "a", "an", "is", "does", "do", "did", "will", "would", "can", "of", "in", "it", "he", "she",
+            "they", "we", "you", "his", "her", "their", "total", "value", "number", "amount"}
+
+
+@dataclass(frozen=True)
+class Statement:
+    """An answer statement in the chain's text: where it ends, its value and its kind."""
+
+    end: int
+    value: str
+    kind: Literal["boxed", "answer", "conclude"]
+    done: int = 0  # where its sentence closes: the statement is complete from here on
+
+
+def _balanced(text: str, start: int) -> int | None:
+    depth = 1
+    for i in range(start, min(len(text), start + 400)):
+        c = text[i]
+        if c == "\\" and text[i + 1:i + 2] in "{}":
+            continue
+        depth += (c == "{") - (c == "}")
+        if depth == 0:
+            return i
+    return None
+
+
+def _value(rest: str, numeric: bool) -> str | None:
+    """The value a statement names at the start of ``rest`` (None: no value written yet)."""
+    rest = rest[:200].split("\n", 1)[0]
+    box = _BOX.match(rest.lstrip(" $*(\\["))
+    if box is not None:
+        return None  # a box: counted as its own statement
+    rest = _WRAP.sub("", rest)
+    if numeric:
+        m = _NUMBER.match(rest.lstrip(" *$\\(["))
+        if m is None:
+            return None
+        v = m.group(0).replace("$", "").replace(" ", "").replace(",", "")
+        v = v.rstrip(".")
+        return v if any(ch.isdigit() for ch in v) else None
+    m = _LATEX_VALUE.match(rest.lstrip(" *$\\(["))
+    if m is None:
+        return None
+    v = m.group(0).rstrip(".,")
+    return v or None
+
+
+def asked_quantity(question: str) -> frozenset[str]:
+    """Words naming what the question asks for ("how many apples" -> {"apple", "apples"};
+    money and percent questions also accept ``$``/``%``). Empty: no constraint.
+
+    >>> sorted(asked_quantity("How much in dollars does she make?"))
+    ['$', 'dollar', 'dollars', 'make']
+    """
+    out: set[str] = set()
+    last = question.strip().rsplit(".", 2)[-1] if "?" not in question else question[:question.rfind("?")]
+    for m in _ASK.finditer(last):
+        word = (m.group(1) or m.group(2) or m.group(3) or "").lower()
+        if word and word not in _GENERIC:
+            out |= {word, word.rstrip("s")}
+    low = last.lower()
+    if "$" in question or "dollar" in low or "money" in low or "cost" in low or "earn" in low or "pay" in low:
+        out |= {"$", "dollar", "dollars"}
+    if "percent" in low or "%" in low:
+        out |= {"%", "percent"}
+    for verb in ("make", "earn", "pay", "spend", "save", "cost"):
+        if re.search(rf"\b{verb}", low):
+            out.add(verb)
+    return frozenset(out)
+
+
+def _names_quantity(sentence: str, wanted: frozenset[str]) -> bool:
+    if not wanted:
+        return True
+    low = sentence.lower()
+    return any(w in low if not w.isalpha() else re.search(rf"\b{re.escape(w)}", low) for w in wanted)
+
+
+def _close(text: str, pos: int) -> int | None:
+    """Where the sentence holding ``pos`` ends (newline, ". ", "?", "!"), within 200 chars;
+    None when the text ends first (the statement is not complete yet)."""
+    m = re.compile(r"\n|[.?!](?:\s|$)").search(text, pos, pos + 200)
+    if m is not None:
+        return m.end()
+    return pos + 200 if len(text) >= pos + 200 else None
+
+
+def _scan(text: str, dataset: str, question: str) -> list[Statement]:
+    """Every complete statement of ``text``; a statement depends only on the text up to its
+    ``done``, so the statements of a prefix are those of the whole text done within it."""
+    numeric = canonical_dataset(dataset) in NUMERIC_DATASETS
+    wanted = asked_quantity(question) if question else frozenset()
+    found: list[Statement] = []
+    for m in _BOX.finditer(text):
+        close = _balanced(text, m.end())
+        if close is not None and text[m.end():close].strip():
+            found.append(Statement(close + 1, text[m.end():close].strip(), "boxed", close + 1))
+    for m in _ANSWER.finditer(text):
+        v = _value(text[m.end():], numeric)
+        done = _close(text, m.end() + len(v)) if v is not None else None
+        if v is not None and done is not None:
+            found.append(Statement(m.end() + len(v), v, "answer", done))
+    for m in _CONCLUDE.finditer(text):
+        v = _value(text[m.end():], numeric)
+        done = _close(text, m.end() + len(v)) if v is not None else None
+        if v is None or done is None:
+            continue
+        if "=" in text[m.end() + len(v):done]:  # "so 3 + 4 = 7 ... = 9": the clause's last value is its result
+            continue
+        start = text.rfind("\n", 0, m.start()) + 1
+        if _names_quantity(text[start:done], wanted):
+            found.append(Statement(m.end() + len(v), v, "conclude", done))
+    return sorted(found, key=lambda s: (s.done, s.end))
+
+
+class _Chains:
+    """Statements per chain, computed once: a text that extends (or is a prefix of) a chain
+    seen before reuses its statements (replay cuts chains at many positions; live streams
+    grow them), so each probe costs a prefix comparison, not a rescan."""
+
+    def __init__(self, size: int = 4096) -> None:
+        self.size, self.seen = size, {}
+
+    def get(self, text: str, dataset: str, question: str) -> list[Statement]:
+        key = (text[:256], dataset, question)
+        hit = self.seen.get(key)
+        if hit is not None and len(hit[0]) >= len(text) and hit[0].startswith(text):
+            return [s for s in hit[1] if s.done <= len(text)]
+        if hit is not None and text.startswith(hit[0]) and len(hit[0]) > 600:
+            cut = text.rfind("\n", 0, len(hit[0]) - 600) + 1
+            keep = [s for s in hit[1] if s.done <= cut]
+            if cut > 0:
+                more = [Statement(s.end + cut, s.value, s.kind, s.done + cut)
+                        for s in _scan(text[cut:], dataset, question)]
+                found = keep + [s for s in more if s.done > cut]
+            else:
+                found = _scan(text, dataset, question)
+        else:
+            found = _scan(text, dataset, question)
+        if len(self.seen) >= self.size:
+            self.seen.pop(next(iter(self.seen)))
+        self.seen[key] = (text, found)
+        return found
+
+
+_CHAINS = _Chains()
+
+
+def statements(text: str, *, dataset: str = "math", question: str = "",
+               kinds: tuple[str, ...] = ("boxed", "answer", "conclude")) -> list[Statement]:
+    """Answer statements in ``text`` in order of their end (see the module docstring)."""
+    return [s for s in _CHAINS.get(text, dataset, question) if s.kind in kinds]
+
+
+def committed_answer(text: str, *, dataset: str = "math", question: str = "") -> str:
+    """The value of the chain's latest answer statement ("" when it has stated none).
+
+    >>> committed_answer("so x = 4. Then 2 + 2 = 4. Thus the answer is 5.")
+    '5'
+    """
+    found = statements(text, dataset=dataset, question=question)
+    return found[-1].value if found else ""
+
+
+@functools.lru_cache(maxsize=65536)
+def _same(a: str, b: str) -> bool:
+    return a == b or bool(math_equal(a, b))
+
+
+def _fits(value: str, dataset: str, question: str) -> bool:
+    """Whether ``value`` has the type the question asks for."""
+    family = canonical_dataset(dataset)
+    plain = value.replace("\\%", "%").rstrip("%").replace("percent", "")
+    if family in NUMERIC_DATASETS and not re.fullmatch(r"-?\d+(?:\.\d+)?", plain):
+        return False
+    if family == "aime":
+        return plain.isdigit() and 0 <= int(plain) <= 999
+    return True
+
+
+@dataclass(frozen=True)
+class Committed(CoTSignal):
+    """1.0 iff the chain has committed to its answer (see the module docstring).
+
+    ``kinds``: ``strict`` counts boxes and "answer is" only, ``conclude`` also conclusions
+    naming the asked quantity. ``confirm``: consecutive statements of the same value needed;
+    ``quiet``: doubt-free characters after the latest statement; ``survive``: characters from
+    the run's first statement. ``dataset``/``question`` give the asked type and quantity.
+    """
+
+    kinds: Literal["strict", "conclude"] = "strict"
+    confirm: int = 1
+    quiet: int = 0
+    survive: int = 0
+    dataset: str = "math"
+    question: str = ""
+    kind: ClassVar[str] = "committed"
+
+    def __post_init__(self) -> None:
+        if self.kinds not in ("strict", "conclude"):
+            raise ConfigError(f"unknown statement kinds {self.kinds!r}", hint="strict or conclude")
+        if self.confirm < 1 or self.quiet < 0 or self.survive < 0:
+            raise ConfigError(f"committed needs confirm >= 1, quiet >= 0, survive >= 0, got "
+                              f"{self.confirm}, {self.quiet}, {self.survive}")
+
+    def for_problem(self, question: str, dataset: str | None = None) -> "Committed":
+        """This rule for one problem (its question, and dataset when given)."""
+        return Committed(self.kinds, self.confirm, self.quiet, self.survive, dataset or self.dataset, question)
+
+    def to_dict(self) -> dict:
+        return {"kind": self.kind, "kinds": self.kinds, "confirm": self.confirm, "quiet": self.quiet,
+                "survive": self.survive, "dataset": self.dataset}
+
+    def __call__(self, view: ChainView) -> float:
+        kinds = ("boxed", "answer") if self.kinds == "strict" else ("boxed", "answer", "conclude")
+        found = statements(view.text, dataset=self.dataset, question=self.question, kinds=kinds)
+        if not found:
+            return 0.0
+        last = found[-1]
+        if view.probes and view.probes[-1].answer and not _same(view.probes[-1].answer, last.value):
+            return 0.0  # the answer an exit would give is not this one
+        first = len(found)
+        while first > 0 and _same(found[first - 1].value, last.value):
+            first -= 1
+        run = found[first:]
+        tail = view.text[last.end:]
+        if len(run) < self.confirm or len(tail) < self.quiet or _DOUBT.search(tail):
+            return 0.0
+        if len(view.text) - run[0].end < self.survive:
+            return 0.0
+        return float(_fits(last.value, self.dataset, self.question))
+
+
+_KINDS[Committed.kind] = Committed  # signal_from_dict rebuilds it

@@ -1,8 +1,12 @@
 """SGLang backends against a CONTRACT FAKE of SGLang's request semantics (no real SGLang here).
 
-The fake (tests/fakes/sglang_fake.py) reproduces rid/priority fields, fcfs priority ordering,
-exact-rid abort and cumulative streaming as read from SGLang 0.5.x sources; the real-engine
-run is tests/test_sglang_gpu.py (GPU only).
+The fake (tests/fakes/sglang_fake.py, routes in sglang_fake_http.py) reproduces, as read from
+the sglang==0.5.23 wheel: rid/priority fields, fcfs/lof priority ordering and the start-up
+refusal of other policies with priority, the tokenizer manager's exact-rid abort gate in front
+of the scheduler's PREFIX match, seeds honoured only with deterministic inference, in-stream
+errors and aborts, ids without text in Engine logprobs, the admin key on /abort_request.
+The real-engine run is tests/test_sglang_gpu.py (GPU only); many workers and the real gateway
+are in tests/test_sglang_workers.py.
 """
 
 from __future__ import annotations
@@ -15,13 +19,16 @@ from certa.runtime.errors import BackendError, ConfigError
 from certa.runtime.types import GenRequest, ScoreRequest
 
 from .conformance import BackendConformance
-from .fakes.sglang_fake import FakeEngine, FakeSGLangConfig, FakeSGLangServer
+from .fakes.sglang_fake import FakeSGLangConfig
+from .fakes.sglang_fake_http import FakeEngine, FakeSGLangServer
 
 pytest.importorskip("httpx", reason="the HTTP backends need httpx (pip install 'certa[http]')")
 from certa.runtime.backends.sglang.engine import ENGINE_DEFAULTS, SGLangEngineBackend  # noqa: E402
 from certa.runtime.backends.sglang.http import PriorityGate, SGLangHTTPBackend, sglang_priority  # noqa: E402
+from certa.runtime.backends.http_common import wire_rid  # noqa: E402
 
 FAST = dict(step_seconds=0.002)
+W = wire_rid  # what certa sends for a rid
 
 
 async def _server(**cfg) -> FakeSGLangServer:
@@ -80,14 +87,14 @@ async def test_generate_body_has_top_level_rid_and_priority():
     await b.generate(GenRequest(prompt="a b c", max_tokens=3, temperature=0.5, top_k=4, seed=9, stop=("zz",),
                                 rid="prog1-think-0", program_id="prog1", priority=2.0, logprobs=1))
     body = srv.core.received[-1]
-    assert body["rid"] == "prog1-think-0" and body["priority"] == -2 and body["stream"] is True
+    assert body["rid"] == W("prog1-think-0") and body["priority"] == -2 and body["stream"] is True
     assert body["sampling_params"] == {"max_new_tokens": 3, "temperature": 0.5, "top_p": 1.0, "top_k": 4,
                                        "stop": ["zz"], "sampling_seed": 9}
     assert body["return_logprob"] is True and body["top_logprobs_num"] == 1 and body["routing_key"] == "k"
     out = await b.generate(GenRequest(prompt="hi", max_tokens=2, rid="c1", chat=True, priority=1.0))
     chat_req = srv.http.requests[-1]
     assert chat_req.path == "/v1/chat/completions"
-    assert chat_req.json()["rid"] == "c1" and chat_req.json()["priority"] == -1 and out.tokens == 2
+    assert chat_req.json()["rid"] == W("c1") and chat_req.json()["priority"] == -1 and out.tokens == 2
     await b.close()
     await srv.close()
 
@@ -106,20 +113,21 @@ async def test_results_tokens_logprobs_and_cache_counts():
 
 
 # ---- priority ---------------------------------------------------------------------------------
-async def _admission_order(server_cfg: dict, backend_kw: dict, prios=(5.0, 1.0, 3.0)) -> list[str]:
+async def _admission_order(server_cfg: dict, backend_kw: dict, prios=(5.0, 1.0, 3.0),
+                           lengths=(2, 2, 2)) -> list[str]:
     srv = await _server(max_running_requests=1, **server_cfg)
     b = SGLangHTTPBackend(srv.url, **backend_kw)
     try:
         blocker = asyncio.ensure_future(b.generate(GenRequest(prompt="block", max_tokens=10**6, rid="blocker")))
-        await _until(lambda: srv.core.admitted == ["blocker"])
+        await _until(lambda: srv.core.admitted == [W("blocker")])
         tasks = []
-        for i, p in enumerate(prios):
-            tasks.append(asyncio.ensure_future(b.generate(GenRequest(prompt=f"p{p}", max_tokens=2, rid=f"p{p:g}",
+        for i, (p, n) in enumerate(zip(prios, lengths)):
+            tasks.append(asyncio.ensure_future(b.generate(GenRequest(prompt=f"p{p}", max_tokens=n, rid=f"p{p:g}",
                                                                      priority=p))))
             await _until(lambda: len(srv.core.received) == i + 2)  # distinct arrival order: 5, 1, 3
         await b.abort("blocker")  # frees the only running slot: the queue is admitted in its order
         await asyncio.gather(blocker, *tasks)
-        return srv.core.admitted[1:]
+        return [r[:-1] for r in srv.core.admitted[1:]]  # the plain rids (no terminator)
     finally:
         await b.close()
         await srv.close()
@@ -133,17 +141,35 @@ async def test_server_orders_by_mapped_priority_under_fcfs():
     assert await _admission_order(low, {}) == ["p5", "p3", "p1"]
 
 
-async def test_priority_is_ignored_without_fcfs_or_without_the_flag():
-    lpm = {"enable_priority_scheduling": True, "schedule_policy": "lpm"}
-    assert await _admission_order(lpm, {}) == ["p5", "p1", "p3"]
+async def test_priority_is_ignored_without_the_flag_and_lpm_refuses_it():
+    assert await _admission_order({"schedule_policy": "lpm"}, {}) == ["p5", "p1", "p3"]
     assert await _admission_order({}, {}) == ["p5", "p1", "p3"]
+    with pytest.raises(ValueError, match="must be 'fcfs' or 'lof'"):  # SGLang refuses to start
+        FakeSGLangConfig(enable_priority_scheduling=True, schedule_policy="lpm")
+
+
+async def test_lof_orders_by_priority_then_longest_output():
+    lof = {"enable_priority_scheduling": True, "schedule_policy": "lof"}
+    assert await _admission_order(lof, {}) == ["p1", "p3", "p5"]
+    # without priority scheduling lof is longest-output-first, not arrival order
+    assert await _admission_order({"schedule_policy": "lof"}, {}, lengths=(2, 9, 5)) == ["p1", "p3", "p5"]
+    assert await _admission_order({}, {}, lengths=(2, 9, 5)) == ["p5", "p1", "p3"]
+
+
+def test_engine_refuses_priority_with_a_cache_aware_policy(monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "sglang", None)
+    with pytest.raises(ConfigError, match="fcfs.*lof") as e:  # said before SGLang would refuse to start
+        SGLangEngineBackend(model="m", schedule_policy="lpm")
+    assert "enable_priority_scheduling=False" in str(e.value)
 
 
 async def test_client_side_ordering_when_server_priority_is_off():
     srv = await _server(abort_on_priority_when_disabled=True, max_running_requests=16)
     b = SGLangHTTPBackend(srv.url, server_priority=False, max_in_flight=1)
     blocker = asyncio.ensure_future(b.generate(GenRequest(prompt="block", max_tokens=10**6, rid="blocker")))
-    await _until(lambda: srv.core.admitted == ["blocker"])
+    await _until(lambda: srv.core.admitted == [W("blocker")])
     tasks = {}
     gate = b.gates[b.workers[0]]
     for i, p in enumerate((5.0, 1.0, 3.0, 2.0)):
@@ -156,9 +182,9 @@ async def test_client_side_ordering_when_server_priority_is_off():
     assert srv.abort_calls == []
     await b.abort("blocker")  # sent, so aborted on the server too; its slot goes to the most urgent
     await asyncio.gather(blocker, *tasks.values())
-    assert [r["rid"] for r in srv.core.received] == ["blocker", "p1", "p2", "p5"]
+    assert [r["rid"] for r in srv.core.received] == [W(x) for x in ("blocker", "p1", "p2", "p5")]
     assert all("priority" not in r for r in srv.core.received)  # the server would reject it
-    assert srv.abort_calls == [{"rid": "blocker", "abort_all": False}]
+    assert srv.abort_calls == [{"rid": W("blocker"), "abort_all": False}]
     await b.close()
     await srv.close()
 
@@ -197,10 +223,10 @@ async def test_abort_sends_exact_rid_and_prefix_abort_is_not_honoured():
     await asyncio.sleep(0.02)
     assert len(srv.core.running) == 2 and not t1.done()
     assert await b.abort("prog9") is False and await b.abort("prog9-s-0") is True
-    assert srv.abort_calls[-1] == {"rid": "prog9-s-0", "abort_all": False}
+    assert srv.abort_calls[-1] == {"rid": W("prog9-s-0"), "abort_all": False}
     assert (await t1).finish_reason == "abort"
-    await _until(lambda: "prog9-s-0" not in srv.core.states)
-    assert "prog9-s-1" in srv.core.states
+    await _until(lambda: W("prog9-s-0") not in srv.core.states)
+    assert W("prog9-s-1") in srv.core.states
     await b.abort("prog9-s-1")
     await t2
     await b.close()
@@ -211,12 +237,12 @@ async def test_cancelling_the_caller_aborts_on_the_server_at_once():
     srv = await _server(disconnect_abort_delay=30.0)  # only the explicit abort can free it in time
     b = SGLangHTTPBackend(srv.url)
     task = asyncio.ensure_future(b.generate(GenRequest(prompt="x", max_tokens=10_000, rid="gone")))
-    await _until(lambda: "gone" in srv.core.states and srv.core.running)
+    await _until(lambda: W("gone") in srv.core.states and srv.core.running)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    await _until(lambda: "gone" not in srv.core.states, timeout=5.0)  # << the 30 s disconnect path
-    assert {"rid": "gone", "abort_all": False} in srv.abort_calls and b.live_rids() == set()
+    await _until(lambda: W("gone") not in srv.core.states, timeout=5.0)  # << the 30 s disconnect path
+    assert {"rid": W("gone"), "abort_all": False} in srv.abort_calls and b.live_rids() == set()
     await b.close()
     await srv.close()
 
@@ -226,8 +252,8 @@ async def test_server_side_abort_is_a_retryable_error():
     b = SGLangHTTPBackend(srv.url)
     task = asyncio.ensure_future(b.generate(GenRequest(prompt="x", max_tokens=10_000, rid="victim",
                                                        program_id="p", step="s")))
-    await _until(lambda: "victim" in srv.core.states and srv.core.running)
-    srv.core.abort_request("victim")  # e.g. evicted by a higher-priority arrival
+    await _until(lambda: W("victim") in srv.core.states and srv.core.running)
+    srv.core.abort_request(W("victim"))  # e.g. evicted by a higher-priority arrival
     with pytest.raises(BackendError) as e:
         await task
     assert e.value.retryable and "program=p" in str(e.value)
@@ -235,13 +261,32 @@ async def test_server_side_abort_is_a_retryable_error():
     await srv.close()
 
 
-async def test_rejected_request_is_not_retryable():
-    srv = await _server(abort_on_priority_when_disabled=True)
+async def test_priority_sent_to_a_server_without_priority_scheduling_is_a_config_error():
+    srv = await _server(abort_on_priority_when_disabled=True)  # SGLang aborts it in-stream with 503
     b = SGLangHTTPBackend(srv.url)  # wrongly assumes the server orders by priority
-    with pytest.raises(BackendError) as e:
-        await b.generate(GenRequest(prompt="x", rid="r", priority=1.0))
-    assert not e.value.retryable and "priority scheduling is not enabled" in str(e.value)
+    with pytest.raises(ConfigError) as e:  # not a (retryable) BackendError: retrying cannot help
+        await b.generate(GenRequest(prompt="x", rid="r", priority=1.0, program_id="p"))
+    assert "--enable-priority-scheduling" in str(e.value) and "server_priority=False" in str(e.value)
+    assert e.value.code == "CT300" and len(srv.core.received) == 1
+    eng = FakeEngine(FakeSGLangConfig(abort_on_priority_when_disabled=True, **FAST))
+    with pytest.raises(ConfigError, match="--enable-priority-scheduling"):
+        await SGLangEngineBackend(engine=eng).generate(GenRequest(prompt="x", rid="r", priority=1.0))
     await b.close()
+    await srv.close()
+
+
+async def test_in_stream_errors_keep_their_code():
+    srv = await _server(step_seconds=0.05)
+    first, second = SGLangHTTPBackend(srv.url), SGLangHTTPBackend(srv.url)
+    task = asyncio.ensure_future(first.generate(GenRequest(prompt="x", max_tokens=10_000, rid="same")))
+    await _until(lambda: W("same") in srv.core.states)
+    with pytest.raises(BackendError) as e:  # HTTP 200, then data: {"error": {"message", "code": 400}}
+        await second.generate(GenRequest(prompt="x", rid="same", program_id="p"))
+    assert "HTTP 400" in str(e.value) and "Duplicate request ID" in str(e.value) and not e.value.retryable
+    await first.abort("same")
+    await task
+    for b in (first, second):
+        await b.close()
     await srv.close()
 
 
@@ -275,12 +320,12 @@ async def test_engine_backend_maps_rid_priority_and_abort():
     b = SGLangEngineBackend(engine=eng)
     out = await b.generate(GenRequest(prompt="a b", max_tokens=3, rid="e1", priority=4.0, seed=2, temperature=0.5))
     sent = eng.core.received[-1]
-    assert sent["rid"] == "e1" and sent["priority"] == -4 and sent["sampling_params"]["sampling_seed"] == 2
+    assert sent["rid"] == W("e1") and sent["priority"] == -4 and sent["sampling_params"]["sampling_seed"] == 2
     assert out.tokens == 3 and out.prompt_tokens == 2
     task = asyncio.ensure_future(b.generate(GenRequest(prompt="x", max_tokens=10_000, rid="e2")))
-    await _until(lambda: "e2" in eng.core.states)
+    await _until(lambda: W("e2") in eng.core.states)
     assert await b.abort("e2") is True and (await task).finish_reason == "abort"
-    assert ("e2", True) in eng.core.aborts and "e2" not in eng.core.states
+    assert (W("e2"), [W("e2")]) in eng.core.aborts and W("e2") not in eng.core.states
     s = await b.score(ScoreRequest(prompt="Yes or No", rid="s"))
     assert s.probs == pytest.approx({"Yes": 0.8, "No": 0.2})
     await b.close()
@@ -308,6 +353,159 @@ def test_engine_defaults_and_missing_sglang(monkeypatch):
     with pytest.raises(ConfigError):
         SGLangEngineBackend()
 
+
+
+# ---- rids are prefix-free on the wire (SGLang's scheduler aborts by prefix) -------------------
+def test_wire_rids_are_prefix_free():
+    rids = ["X-s1", "X-s10", "X-s1.c1", "X-s1.c10", "a#", "a", "a%23", "a%", "", "#", "%"]
+    wired = [wire_rid(r) for r in rids]
+    assert len(set(wired)) == len(rids)  # one-to-one
+    assert not [(a, b) for a in wired for b in wired if a != b and b.startswith(a)]
+
+
+async def test_aborting_a_rid_spares_rids_it_is_a_prefix_of():
+    srv = await _server()
+    b = SGLangHTTPBackend(srv.url)
+    short = asyncio.ensure_future(b.generate(GenRequest(prompt="x", max_tokens=10_000, rid="X-s1")))
+    long = asyncio.ensure_future(b.generate(GenRequest(prompt="y", max_tokens=10_000, rid="X-s10")))
+    await _until(lambda: len(srv.core.running) == 2)
+    assert await b.abort("X-s1") is True
+    assert (await short).finish_reason == "abort"
+    await asyncio.sleep(0.05)
+    assert not long.done() and len(srv.core.running) == 1  # the scheduler's startswith spared it
+    await b.abort("X-s10")
+    assert (await long).finish_reason == "abort"
+    await b.close()
+    await srv.close()
+
+
+async def test_engine_abort_spares_rids_it_is_a_prefix_of():
+    eng = FakeEngine(FakeSGLangConfig(**FAST))
+    b = SGLangEngineBackend(engine=eng)
+    seq = await b.open_sequence(GenRequest(prompt="x", max_tokens=10_000, rid="P-s1"))
+    other = asyncio.ensure_future(b.generate(GenRequest(prompt="y", max_tokens=10_000, rid="P-s1.c0x")))
+    chunk = asyncio.ensure_future(seq.extend(10_000))  # rid P-s1.c0: a prefix of the other one
+    await _until(lambda: len(eng.core.running) == 2)
+    assert await b.abort("P-s1.c0") is True
+    await chunk
+    await asyncio.sleep(0.05)
+    assert not other.done()
+    await b.abort("P-s1.c0x")
+    await other
+    await b.close()
+
+
+# ---- seeds -----------------------------------------------------------------------------------------
+async def test_seeds_are_honoured_only_with_deterministic_inference():
+    sampled = dict(prompt="q", max_tokens=4, temperature=0.8, seed=7, program_id="p")
+    plain, det = await _server(), await _server(enable_deterministic_inference=True)
+    b = SGLangHTTPBackend(plain.url)
+    with pytest.warns(RuntimeWarning, match="--enable-deterministic-inference") as rec:
+        outs = [await b.generate(GenRequest(rid=f"s{i}", **sampled)) for i in range(3)]
+    assert len(rec) == 1  # warned once, not per request
+    assert len({o.text for o in outs}) > 1  # the seed did not make them equal
+    d = SGLangHTTPBackend(det.url, server_deterministic=True)
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        outs = [await d.generate(GenRequest(rid=f"d{i}", **sampled)) for i in range(2)]
+    assert outs[0].text == outs[1].text
+    for x in (b, d, plain, det):
+        await x.close()
+
+
+async def test_engine_sets_deterministic_inference_for_seeded_runs(monkeypatch):
+    import sys
+    import types
+
+    built: list[FakeEngine] = []
+    fake = types.ModuleType("sglang")
+    fake.Engine = lambda **kw: built.append(FakeEngine(**kw)) or built[-1]
+    monkeypatch.setitem(sys.modules, "sglang", fake)
+    b = SGLangEngineBackend(model="m", deterministic=True, step_seconds=0.002)
+    assert built[-1].kwargs["enable_deterministic_inference"] is True and built[-1].kwargs["model_path"] == "m"
+    a1 = await b.generate(GenRequest(prompt="q", max_tokens=4, temperature=0.8, seed=3, rid="a"))
+    a2 = await b.generate(GenRequest(prompt="q", max_tokens=4, temperature=0.8, seed=3, rid="b"))
+    assert a1.text == a2.text
+    await b.close()
+    assert built[-1].shut_down
+    plain = SGLangEngineBackend(engine=FakeEngine(FakeSGLangConfig(**FAST)))  # built without the flag
+    with pytest.warns(RuntimeWarning, match="deterministic"):
+        await plain.generate(GenRequest(prompt="q", max_tokens=2, temperature=0.8, seed=3, rid="c"))
+
+
+# ---- admin key and abort failures -----------------------------------------------------------------
+async def test_abort_uses_the_admin_key_and_failures_are_counted():
+    srv = await _server(api_key="k", admin_api_key="adm", disconnect_abort_delay=30.0)
+    for kw, fails in (({}, 1), ({"admin_api_key": "adm"}, 0)):
+        b = SGLangHTTPBackend(srv.url, api_key="k", **kw)
+        task = asyncio.ensure_future(b.generate(GenRequest(prompt="x", max_tokens=10_000, rid="r")))
+        await _until(lambda: W("r") in srv.core.states and srv.core.running)
+        assert await b.abort("r") is True and (await task).finish_reason == "abort"
+        assert b.metrics()["abort_failures"] == fails and b.metrics()["aborts_sent"] == 1
+        if fails:  # refused (the gateway-style api key cannot abort): still running on the server
+            assert srv.unauthorized == ["/abort_request"] and W("r") in srv.core.states
+            srv.core.abort_request(W("r"))
+        else:
+            assert W("r") not in srv.core.states and srv.unauthorized == ["/abort_request"]
+        await b.close()
+    assert "adm" not in repr(b)
+    await srv.close()
+
+
+async def test_abort_failure_is_reported(caplog):
+    srv = await _server(admin_api_key="adm")
+    b = SGLangHTTPBackend(srv.url)
+    task = asyncio.ensure_future(b.generate(GenRequest(prompt="x", max_tokens=10_000, rid="r2")))
+    await _until(lambda: W("r2") in srv.core.states)
+    with caplog.at_level("WARNING", logger="certa.backends"):
+        await b.abort("r2")
+    await task
+    assert "HTTP 401" in caplog.text and "admin_api_key" in caplog.text
+    await b.close()
+    await srv.close()
+
+
+# ---- engine logprobs carry ids, not text ------------------------------------------------------
+async def test_engine_top_logprobs_are_decoded_from_ids():
+    eng = FakeEngine(FakeSGLangConfig(**FAST))
+    b = SGLangEngineBackend(engine=eng)
+    s = await b.score(ScoreRequest(prompt="Yes or No", rid="s"))
+    assert "return_text_in_logprobs" not in eng.core.received[-1]
+    assert s.probs == pytest.approx({"Yes": 0.8, "No": 0.2})  # only through tokenizer.decode(id)
+    await b.close()
+
+
+# ---- packaging and constructor names -------------------------------------------------------------
+def test_sglang_extra_needs_python_311():
+    import tomllib
+    from pathlib import Path
+
+    meta = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())
+    extra = meta["project"]["optional-dependencies"]["sglang"]
+    assert 'sglang==0.5.23; python_version >= "3.11"' in extra
+
+
+def test_constructor_names_are_the_same_across_http_backends():
+    from certa.runtime.backends.openai_http import OpenAIBackend
+    from certa.runtime.backends.registry import make_backend
+
+    one, many = "http://127.0.0.1:1", ["http://127.0.0.1:1", "http://127.0.0.1:2"]
+    for cls in (OpenAIBackend, SGLangHTTPBackend):
+        assert cls(base_url=one, model="m").workers == [one] and cls(one).model is None
+        assert cls(urls=many, model="m").workers == many
+        assert cls(urls=one).workers == [one] and cls(many).workers == many  # kept: the docs showed both
+        with pytest.raises(ConfigError, match="base_url.*urls"):
+            cls(base_url=one, urls=many)
+        with pytest.raises(ConfigError, match="base_url.*urls"):
+            cls()
+    assert make_backend("sglang-http", base_url=one).workers == [one]
+    assert make_backend("openai", urls=many).workers == many
+    eng = FakeEngine(FakeSGLangConfig(**FAST))
+    assert SGLangEngineBackend(engine=eng).engine is eng
+    with pytest.raises(ConfigError, match="model"):
+        SGLangEngineBackend(model="a", model_path="b")
 
 
 def test_module_examples_run():

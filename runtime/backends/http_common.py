@@ -16,6 +16,8 @@ Example:
     True
     >>> probs_from_top({" Yes": -0.1, " No": -2.5, "Maybe": -4.0}, ("Yes", "No"))["Yes"] > 0.9
     True
+    >>> wire_rid("p1-s1"), wire_rid("p1-s10").startswith(wire_rid("p1-s1"))
+    ('p1-s1#', False)
 """
 
 from __future__ import annotations
@@ -83,6 +85,18 @@ class HostGuard:
         return url
 
 
+def resolve_urls(owner: str, base_url: str | Sequence[str] | None, urls: str | Sequence[str] | None) -> str | Sequence[str]:
+    """The worker URL(s) of a backend built with ``base_url=`` (one server) or ``urls=`` (many).
+
+    Exactly one must be given. A list passed as ``base_url`` (positionally, as the docs showed)
+    and a single URL passed as ``urls`` are accepted.
+    """
+    if (base_url is None) == (urls is None):
+        raise ConfigError(f"{owner} needs exactly one of base_url= (one server) or urls= (several workers)",
+                          hint=f"e.g. {owner}(base_url='http://127.0.0.1:30000')")
+    return base_url if base_url is not None else urls  # type: ignore[return-value]
+
+
 def normalise_workers(urls: str | Sequence[str], allowed_hosts: Iterable[str] | None) -> tuple[list[str], HostGuard]:
     """Validate one URL or a list of worker URLs; return them and the guard for later sends."""
     raw = [urls] if isinstance(urls, str) else list(urls)
@@ -101,15 +115,45 @@ def affinity_key(req: Any) -> str:
     return getattr(req, "program_id", "") or getattr(req, "prefix_hint", None) or getattr(req, "rid", "")
 
 
-def pick_worker(key: str, workers: Sequence[str]) -> str:
-    """Rendezvous (highest-random-weight) hashing: stable, and only 1/N keys move per change."""
+def rank_workers(key: str, workers: Sequence[str]) -> list[str]:
+    """Rendezvous (highest-random-weight) order of ``workers`` for ``key``: the first serves it,
+    the next ones take over, in order, while it is down. Stable; only 1/N keys move per change."""
     if len(workers) == 1:
-        return workers[0]
+        return list(workers)
 
     def weight(worker: str) -> bytes:
         return hashlib.blake2b(f"{worker}|{key}".encode(), digest_size=8).digest()
 
-    return max(workers, key=weight)
+    return sorted(workers, key=weight, reverse=True)
+
+
+def pick_worker(key: str, workers: Sequence[str]) -> str:
+    """The first worker of :func:`rank_workers`."""
+    return rank_workers(key, workers)[0]
+
+
+ROUTING_HEADER = "X-SMG-Routing-Key"
+
+
+def routing_header(key: str) -> dict[str, str]:
+    """The gateway routing header for an affinity key (SGLang Model Gateway's
+    ``consistent_hashing`` policy hashes it); keys that are not short printable ASCII are hashed."""
+    if not key:
+        return {}
+    if not (key.isascii() and key.isprintable() and len(key) <= 200):
+        key = hashlib.blake2b(key.encode(), digest_size=16).hexdigest()
+    return {ROUTING_HEADER: key}
+
+
+# ---- rids on the wire -------------------------------------------------------------------------
+RID_END = "#"
+
+
+def wire_rid(rid: str) -> str:
+    """The rid sent to an engine that aborts by PREFIX (SGLang's scheduler matches
+    ``req.rid.startswith(abort_rid)``): ``%`` and ``#`` are escaped and ``#`` ends it, so no
+    rid sent is a prefix of another and aborting ``X-s1`` never touches ``X-s10``."""
+    return rid.replace("%", "%25").replace(RID_END, "%23") + RID_END
 
 
 # ---- errors ---------------------------------------------------------------------------------
@@ -145,6 +189,22 @@ def status_error(status: int, body: bytes | str, req: Any, url: str) -> BackendE
         return BackendError(msg, retryable=False, **where(req))
     return BackendError(f"HTTP {status} from {url}: {server_message(body) or '(empty body)'}",
                         retryable=status in RETRYABLE_STATUS, **where(req))
+
+
+def stream_error(data: dict, req: Any, url: str) -> BackendError:
+    """The error for an error event INSIDE a 200 stream, ``{"error": {"message", "code", ...}}``
+    (SGLang, vLLM); ``code`` is the HTTP status it stands for (500 when absent or not a number)."""
+    err = data.get("error")
+    body = err if isinstance(err, dict) else {"message": err}
+    code = body.get("code", data.get("status_code"))
+    try:
+        status = int(code)
+    except (TypeError, ValueError):
+        status = 500
+    exc = status_error(status, json.dumps({"error": body}), req, url)
+    if isinstance(body.get("retryable"), bool):
+        exc.retryable = body["retryable"]
+    return exc
 
 
 def transport_error(exc: Exception, req: Any, url: str) -> BackendError:

@@ -40,8 +40,10 @@ from typing import Any
 from certa.runtime.errors import BackendError
 from certa.runtime.types import Capabilities, GenRequest, GenResult, ScoreRequest, ScoreResult
 from certa.runtime.backends.base import Backend
-from certa.runtime.backends.http_common import (StreamState, affinity_key, iter_sse, make_client, normalise_workers, pick_worker,
-                          probs_from_top, server_abort_error, status_error, transport_error, where)
+from certa.runtime.backends.http_common import (StreamState, affinity_key, iter_sse, make_client, normalise_workers,
+                                                probs_from_top, resolve_urls, routing_header, server_abort_error,
+                                                status_error, stream_error, transport_error, where)
+from certa.runtime.backends.worker_pool import WorkerPool
 
 @dataclass(slots=True)
 class _Live:
@@ -49,6 +51,14 @@ class _Live:
     task: asyncio.Task | None = None
     sent: bool = False  # the request reached the server (not just a client-side queue)
     aborted: bool = False
+
+
+class _Unreachable(Exception):
+    """A worker refused the connection before anything was sent (internal: triggers failover)."""
+
+    def __init__(self, error: BackendError) -> None:
+        super().__init__(str(error))
+        self.error = error
 
 
 Parser = Callable[[dict, StreamState], None]
@@ -59,7 +69,8 @@ class OpenAIBackend(Backend):
     """Backend for OpenAI-compatible ``/v1/completions`` and ``/v1/chat/completions``.
 
     Args:
-        base_url: one URL or a list of worker URLs. A URL with no path gets ``/v1``.
+        base_url: the server's URL (one server). A URL with no path gets ``/v1``.
+        urls: several worker URLs instead (client-side routing by program, with failover).
         model: model name to send; ``None`` asks each worker's ``/models`` once.
         api_key: sent as ``Authorization: Bearer``; never logged.
         timeout: seconds allowed between streamed bytes (and for connecting, up to 10 s).
@@ -68,21 +79,26 @@ class OpenAIBackend(Backend):
         stream_usage: ask for ``stream_options.include_usage`` (turn off for servers that
             reject it).
         score_top_logprobs: top logprobs requested by ``score``.
+        health_interval: seconds between health probes of each worker (several workers
+            only; ``None``: no probes, workers are marked down only by failed requests).
     """
 
     def __init__(
         self,
-        base_url: str | Sequence[str],
+        base_url: str | Sequence[str] | None = None,
         model: str | None = None,
         api_key: str | None = None,
         timeout: float = 600.0,
         extra_body: Mapping[str, Any] | None = None,
         allowed_hosts: Iterable[str] | None = None,
         *,
+        urls: str | Sequence[str] | None = None,
         stream_usage: bool = True,
         score_top_logprobs: int = 5,
+        health_interval: float | None = 2.0,
     ) -> None:
-        self.workers, self._guard = normalise_workers(base_url, allowed_hosts)
+        self.workers, self._guard = normalise_workers(resolve_urls(type(self).__name__, base_url, urls), allowed_hosts)
+        self.pool = WorkerPool(self.workers, probe=self._probe, interval=health_interval)
         self.model = model
         self.timeout = float(timeout)
         self.extra_body = dict(extra_body or {})
@@ -114,8 +130,23 @@ class OpenAIBackend(Backend):
         return worker if worker.split("://", 1)[1].count("/") else worker + "/v1"
 
     def route(self, req: Any) -> str:
-        """The worker that serves ``req`` (same program → same worker)."""
-        return pick_worker(affinity_key(req), self.workers)
+        """The worker that serves ``req`` (same program → same worker, while it is healthy)."""
+        return self.pool.route(affinity_key(req)) or self.workers[0]
+
+    def health_url(self, worker: str) -> str:
+        """What a health probe GETs (OpenAI-compatible servers: the model list)."""
+        return self.api_base(worker) + "/models"
+
+    async def _probe(self, worker: str) -> bool:
+        url = self._guard.check(self.health_url(worker))
+        resp = await self._http().get(url, timeout=min(2.0, self.timeout))
+        return resp.status_code == 200
+
+    def metrics(self) -> dict[str, int]:
+        """Counters: failovers, workers marked down / re-admitted, failed probes, workers down now."""
+        st = self.pool.stats
+        return {"failovers": st.failovers, "workers_marked_down": st.marked_down, "workers_readmitted": st.readmitted,
+                "health_probes_failed": st.probes_failed, "workers_down": len(self.pool.down)}
 
     async def _model_for(self, worker: str) -> str | None:
         if self.model is not None:
@@ -219,8 +250,11 @@ class OpenAIBackend(Backend):
         self._guard.check(url, req)
         async with self._admit(req, live.worker):
             live.sent = True
+            started = False
             try:
-                async with self._http().stream("POST", url, json=body) as resp:
+                async with self._http().stream("POST", url, json=body,
+                                               headers=routing_header(affinity_key(req))) as resp:
+                    started = True
                     if not 200 <= resp.status_code < 300:
                         raise status_error(resp.status_code, await resp.aread(), req, url)
                     async for payload in iter_sse(resp.aiter_lines()):
@@ -230,11 +264,38 @@ class OpenAIBackend(Backend):
                             raise BackendError(f"malformed stream chunk from {url}: {payload[:80]!r}",
                                                retryable=True, **where(req)) from None
                         if isinstance(data, dict) and data.get("error"):
-                            raise status_error(int(data.get("status_code") or 500), payload, req, url)
+                            raise stream_error(data, req, url)
                         if isinstance(data, dict):
                             parse(data, st)
+            except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+                if not started:
+                    live.sent = False  # nothing reached the server: another worker may take it
+                    raise _Unreachable(transport_error(exc, req, url)) from None
+                raise
             except httpx.TransportError as exc:
+                if not isinstance(exc, httpx.TimeoutException):  # the connection broke: the worker died?
+                    self.pool.mark_down(live.worker, f"{type(exc).__name__} mid-stream")
                 raise transport_error(exc, req, url) from None
+
+    async def _attempts(self, req: GenRequest, live: _Live, st: StreamState, top: int) -> None:
+        """Stream ``req``; a worker that cannot be reached is marked down and the request
+        fails over to the next worker of its program's ranking (each worker tried once)."""
+        tried: list[str] = []
+        while True:
+            try:
+                return await self._stream(req, live, st, top)
+            except _Unreachable as exc:
+                self.pool.mark_down(live.worker, "unreachable")
+                tried.append(live.worker)
+                nxt = self.pool.route(affinity_key(req), exclude=tried)
+                if nxt is None:
+                    raise exc.error from None
+                self.pool.stats.failovers += 1
+                live.worker = nxt
+
+    def _abort_error(self, st: StreamState, req: GenRequest) -> Exception:
+        """The error for a request the server aborted on its own (subclasses refine it)."""
+        return server_abort_error(st, req)
 
     async def _run(self, req: GenRequest, top: int = 0) -> tuple[StreamState, bool]:
         """Stream ``req``; returns its state and whether it was aborted through ``abort``."""
@@ -242,18 +303,18 @@ class OpenAIBackend(Backend):
             raise BackendError("request has no rid", retryable=False, **where(req))
         if req.rid in self._live:
             raise BackendError(f"rid {req.rid!r} is already in flight", retryable=False, **where(req))
-        worker = self.route(req)
-        live = _Live(worker)
+        self.pool.start()
+        live = _Live(self.route(req))
         st = StreamState()
         self._live[req.rid] = live
-        inner = live.task = asyncio.ensure_future(self._stream(req, live, st, top))
+        inner = live.task = asyncio.ensure_future(self._attempts(req, live, st, top))
         try:
             await asyncio.wait({inner})
         except asyncio.CancelledError:  # the caller gave up: stop the stream, tell the server
             inner.cancel()
             await asyncio.gather(inner, return_exceptions=True)
             if live.sent:
-                self._spawn(self._server_abort(worker, req.rid))
+                self._spawn(self._server_abort(live.worker, req.rid))
             raise
         finally:
             if self._live.get(req.rid) is live:
@@ -264,7 +325,7 @@ class OpenAIBackend(Backend):
             return st, True
         inner.result()
         if st.finish == "abort":  # the server dropped it (preempted, evicted, invalid): not ours
-            raise server_abort_error(st, req)
+            raise self._abort_error(st, req)
         return st, False
 
     def _spawn(self, coro: Any) -> None:
@@ -316,6 +377,7 @@ class OpenAIBackend(Backend):
         return ScoreResult(probs=probs, prompt_tokens=out.prompt_tokens, tokens=max(out.tokens, 1), rid=req.rid)
 
     async def close(self) -> None:
+        await self.pool.close()
         for rid in list(self._live):
             await self.abort(rid)
         if self._bg:

@@ -2,13 +2,17 @@
 
 Each request is ``await engine.async_generate(prompt=..., sampling_params=..., rid=...,
 priority=..., stream=True)``; ``abort(rid)`` calls
-``engine.tokenizer_manager.abort_request(rid=rid, abort_all=False)`` with the EXACT rid
-(SGLang's tokenizer manager ignores rids it does not hold, so prefix aborts are never
-relied on) and stops reading the stream. The engine is started with
+``engine.tokenizer_manager.abort_request(rid=..., abort_all=False)`` and stops reading the
+stream. The rid the engine sees is prefix-free (:func:`~certa.runtime.backends.http_common.wire_rid`):
+SGLang's scheduler aborts every request whose rid STARTS WITH the aborted one. Seeds are
+honoured only with ``deterministic=True`` (``enable_deterministic_inference``); otherwise a
+seeded, sampled request warns once. The engine is started with
 ``enable_priority_scheduling=True, schedule_policy="fcfs"`` (priority orders the queue only
 under ``fcfs``/``lof``) and a very high ``priority_scheduling_preemption_threshold`` so
 priorities order the queue without evicting running requests; pass any of them to
-override. certa priority (lower = urgent) is mapped as in :mod:`.sglang_http`.
+override (a policy other than ``fcfs``/``lof`` needs ``enable_priority_scheduling=False``:
+SGLang refuses to start otherwise). certa priority (lower = urgent) is mapped as in
+:mod:`certa.runtime.backends.sglang.http`.
 
 ``sglang`` is imported only when an engine is built (``pip install 'certa[sglang]'``,
 CUDA required). Sequences are the generic chunked ones; the radix cache keeps the shared
@@ -20,7 +24,7 @@ Example:
 
 With a GPU (not run as a doctest)::
 
-    backend = SGLangEngineBackend(model_path="Qwen/Qwen2.5-0.5B-Instruct", mem_fraction_static=0.5)
+    backend = SGLangEngineBackend(model="Qwen/Qwen2.5-0.5B-Instruct", mem_fraction_static=0.5)
     out = await backend.generate(GenRequest(prompt="2+2=", rid="p1-s0-b0", priority=1.0))
     await backend.close()
 """
@@ -35,8 +39,9 @@ from typing import Any
 from certa.runtime.errors import BackendError, ConfigError
 from certa.runtime.types import Capabilities, GenRequest, GenResult, ScoreRequest, ScoreResult
 from certa.runtime.backends.base import Backend
-from certa.runtime.backends.http_common import StreamState, probs_from_top, server_abort_error, where
-from certa.runtime.backends.sglang.http import parse_native, sglang_priority
+from certa.runtime.backends.http_common import StreamState, probs_from_top, where, wire_rid
+from certa.runtime.backends.sglang.protocol import (PRIORITY_POLICIES, SeedNotice, abort_error, parse_native,
+                                                    sglang_priority)
 
 ENGINE_DEFAULTS: dict[str, Any] = {
     "enable_priority_scheduling": True,
@@ -49,9 +54,13 @@ class SGLangEngineBackend(Backend):
     """Backend over an in-process ``sglang.Engine``.
 
     Args:
-        model_path: model to load (a local path or a name the engine can resolve).
+        model: model to load (a local path or a name the engine can resolve); passed to
+            ``sglang.Engine`` as ``model_path`` (``model_path=`` is accepted too).
         engine: an already-built engine (or a stand-in with ``async_generate`` and
             ``tokenizer_manager.abort_request``); then no engine is started or shut down here.
+        deterministic: start the engine with ``enable_deterministic_inference=True`` so
+            ``GenRequest.seed`` makes sampling reproducible (SGLang ignores seeds otherwise;
+            batch-invariant kernels cost some throughput).
         low_priority_values_first, priority_scale, priority_map: priority mapping, as for
             :class:`~certa.runtime.backends.sglang.http.SGLangHTTPBackend`.
         score_top_logprobs: top logprobs requested by ``score``.
@@ -60,35 +69,35 @@ class SGLangEngineBackend(Backend):
 
     def __init__(
         self,
-        model_path: str | None = None,
+        model: str | None = None,
         *,
         engine: Any = None,
+        deterministic: bool = False,
         low_priority_values_first: bool | None = None,
         priority_scale: float = 1.0,
         priority_map: Callable[[float], int] | None = None,
         score_top_logprobs: int = 5,
+        model_path: str | None = None,
         **engine_kwargs: Any,
     ) -> None:
+        if model is not None and model_path is not None and model != model_path:
+            raise ConfigError("SGLangEngineBackend got both model= and model_path=; pass model= only")
+        model = model if model is not None else model_path
         self._owns_engine = engine is None
         kwargs = {**ENGINE_DEFAULTS, **engine_kwargs}
+        if deterministic:
+            kwargs["enable_deterministic_inference"] = True
         if low_priority_values_first is not None:
             kwargs["schedule_low_priority_values_first"] = low_priority_values_first
         if engine is None:
-            if not model_path:
-                raise ConfigError("SGLangEngineBackend needs model_path (or a built engine)")
-            try:
-                import sglang
-            except ImportError as exc:
-                raise ConfigError(f"sglang is not installed: {exc}",
-                                  hint="pip install 'certa[sglang]' on a machine with a CUDA GPU") from None
-            engine = sglang.Engine(model_path=model_path, **kwargs)
-            settings: Any = kwargs
+            engine, settings = _start_engine(model, kwargs), kwargs
         else:  # a built engine: read its settings where it exposes them
             args = getattr(engine, "server_args", None)
-            settings = {k: getattr(args, k) for k in ("schedule_low_priority_values_first",
-                                                       "incremental_streaming_output") if hasattr(args, k)}
+            settings = {k: getattr(args, k) for k in ("schedule_low_priority_values_first", "incremental_streaming_output",
+                                                       "enable_deterministic_inference") if hasattr(args, k)}
             if low_priority_values_first is not None:
                 settings["schedule_low_priority_values_first"] = low_priority_values_first
+        self._seeds = SeedNotice(bool(settings.get("enable_deterministic_inference", False)), type(self).__name__)
         self.engine = engine
         self.low_priority_values_first = bool(settings.get("schedule_low_priority_values_first", False))
         self.incremental = bool(settings.get("incremental_streaming_output", False))
@@ -128,7 +137,7 @@ class SGLangEngineBackend(Backend):
 
     def _engine_abort(self, rid: str) -> None:
         with contextlib.suppress(Exception):
-            self.engine.tokenizer_manager.abort_request(rid=rid, abort_all=False)
+            self.engine.tokenizer_manager.abort_request(rid=wire_rid(rid), abort_all=False)
 
     # ---- streaming core ---------------------------------------------------------------------
     async def _stream(self, req: GenRequest, st: StreamState, top: int) -> None:
@@ -139,7 +148,8 @@ class SGLangEngineBackend(Backend):
             params["stop"] = list(req.stop)
         if req.seed is not None:
             params["sampling_seed"] = req.seed
-        kwargs: dict[str, Any] = {"prompt": self._prompt(req), "sampling_params": params, "rid": req.rid,
+            self._seeds.check(req)
+        kwargs: dict[str, Any] = {"prompt": self._prompt(req), "sampling_params": params, "rid": wire_rid(req.rid),
                                   "priority": self.priority_of(req), "stream": True}
         n_top = max(req.logprobs, top)
         if n_top:
@@ -180,7 +190,7 @@ class SGLangEngineBackend(Backend):
             return st, True
         inner.result()
         if st.finish == "abort":
-            raise server_abort_error(st, req)
+            raise abort_error(st, req)
         return st, False
 
     # ---- protocol ---------------------------------------------------------------------------
@@ -223,3 +233,20 @@ class SGLangEngineBackend(Backend):
         if self._owns_engine:
             with contextlib.suppress(Exception):
                 self.engine.shutdown()
+
+
+def _start_engine(model: str | None, kwargs: dict[str, Any]) -> Any:
+    """``sglang.Engine(model_path=model, **kwargs)``, refusing what SGLang would refuse first."""
+    if not model:
+        raise ConfigError("SGLangEngineBackend needs model= (or a built engine=)")
+    policy = kwargs.get("schedule_policy", "fcfs")
+    if kwargs.get("enable_priority_scheduling") and policy not in PRIORITY_POLICIES:
+        raise ConfigError(f"SGLang orders by priority only under schedule_policy 'fcfs' or 'lof' and refuses to "
+                          f"start with priority scheduling under {policy!r}",
+                          hint=f"keep schedule_policy='fcfs', or pass enable_priority_scheduling=False to use {policy!r}")
+    try:
+        import sglang
+    except ImportError as exc:
+        raise ConfigError(f"sglang is not installed: {exc}",
+                          hint="pip install 'certa[sglang]' (Python >= 3.11, Linux x86_64 with a CUDA GPU)") from None
+    return sglang.Engine(model_path=model, **kwargs)

@@ -27,71 +27,18 @@ import asyncio
 import contextlib
 import heapq
 import itertools
+import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from certa.runtime.types import Capabilities, GenRequest
-from certa.runtime.backends.http_common import StreamState
+from certa.runtime.backends.http_common import StreamState, server_message, wire_rid
 from certa.runtime.backends.openai_http import OpenAIBackend, Parser
+from certa.runtime.backends.sglang.protocol import SeedNotice, abort_error, parse_native, sglang_priority
 
-_INT_LIMIT = 2**31 - 1
+log = logging.getLogger("certa.backends")
 
-
-def sglang_priority(priority: float, *, scale: float = 1.0, low_values_first: bool = False) -> int:
-    """Map certa's priority (lower = urgent) to SGLang's integer priority.
-
-    >>> sglang_priority(2.0), sglang_priority(2.0, low_values_first=True)
-    (-2, 2)
-    >>> sglang_priority(0.25, scale=100)
-    -25
-    """
-    value = max(-_INT_LIMIT, min(_INT_LIMIT, round(priority * scale)))
-    return int(value) if low_values_first else int(-value)
-
-
-def parse_native(data: dict, st: StreamState, incremental: bool = False,
-                 token_text: Callable[[int], str] | None = None) -> None:
-    """Fold one SGLang ``/generate`` stream event (or engine output dict) into ``st``.
-
-    Text and logprobs are cumulative unless the server runs with
-    ``--incremental-streaming-output``; ``completion_tokens`` is cumulative either way.
-    Top-logprob entries are ``(logprob, token_id, text)``; ``token_text`` decodes an id
-    when the text is absent (the engine API does not return it).
-    """
-    meta = data.get("meta_info") or {}
-    text = data.get("text")
-    lps = [float(x[0]) for x in meta.get("output_token_logprobs") or [] if x and x[0] is not None]
-    if incremental:
-        st.text.append(text or "")
-        st.logprobs.extend(lps)
-    else:
-        if text is not None:
-            st.text = [text]
-        if lps or "output_token_logprobs" in meta:
-            st.logprobs = lps
-    if meta.get("completion_tokens") is not None:
-        st.completion_tokens = int(meta["completion_tokens"])
-    if meta.get("prompt_tokens") is not None:
-        st.prompt_tokens = int(meta["prompt_tokens"])
-    st.cached_tokens = int(meta.get("cached_tokens") or st.cached_tokens)
-    tops = meta.get("output_top_logprobs") or []
-    if st.first_top is None and tops and tops[0]:
-        st.first_top = {_token_text(t, token_text): float(t[0]) for t in tops[0] if t and t[0] is not None}
-    reason = meta.get("finish_reason")
-    if isinstance(reason, dict):
-        st.finish = str(reason.get("type") or "stop")
-        if st.finish == "abort":
-            st.abort_status = reason.get("status_code")
-            st.abort_message = str(reason.get("message") or "aborted by the server")
-    elif isinstance(reason, str):
-        st.finish = reason
-
-
-def _token_text(entry: Sequence[Any], decode: Callable[[int], str] | None) -> str:
-    if len(entry) > 2 and entry[2] is not None:
-        return str(entry[2])
-    return decode(int(entry[1])) if decode is not None else str(entry[1])
-
+__all__ = ["SGLangHTTPBackend", "PriorityGate", "parse_native", "sglang_priority"]
 
 class PriorityGate:
     """Admit at most ``cap`` holders at once; waiters go most urgent (lowest) first, FIFO ties.
@@ -148,6 +95,9 @@ class SGLangHTTPBackend(OpenAIBackend):
     Args:
         urls: one server root URL (``http://host:30000``, or a gateway's) or a list of workers;
             ``/generate``, ``/abort_request`` and ``/v1/...`` are appended to it.
+        base_url: one server root URL (``http://host:30000``), or the SGLang Model Gateway's.
+        urls: several worker root URLs instead (client-side routing by program, with health
+            checks and failover). ``/generate``, ``/abort_request``, ``/v1/...`` are appended.
         server_priority: the servers run ``--enable-priority-scheduling --schedule-policy
             fcfs``; False: order requests client-side (see ``max_in_flight``).
         low_priority_values_first: the servers run ``--schedule-low-priority-values-first``.
@@ -156,17 +106,25 @@ class SGLangHTTPBackend(OpenAIBackend):
         max_in_flight: per-worker cap on requests at the server (default: unlimited with
             server priority, 8 without); waiting requests are released most urgent first.
         incremental_output: the servers run ``--incremental-streaming-output``.
-        abort_timeout: seconds allowed for an ``/abort_request`` call.
-        model, api_key, timeout, extra_body, allowed_hosts, score_top_logprobs: as for
-            :class:`~certa.runtime.backends.openai_http.OpenAIBackend`.
+        server_deterministic: the servers run ``--enable-deterministic-inference`` (the only
+            mode in which SGLang honours ``sampling_seed``); otherwise a seeded, sampled
+            request warns once.
+        admin_api_key: the servers' ``--admin-api-key``: ``/abort_request`` accepts only it
+            when it is set (``api_key`` is used when this is None).
+        abort_timeout: seconds allowed for an ``/abort_request`` call. A refused or failed
+            abort is logged (``certa.backends``) and counted in :meth:`metrics`.
+        model, api_key, timeout, extra_body, allowed_hosts, score_top_logprobs,
+            health_interval: as for :class:`~certa.runtime.backends.openai_http.OpenAIBackend`.
     """
 
     def __init__(
         self,
-        urls: str | Sequence[str],
+        base_url: str | Sequence[str] | None = None,
         *,
+        urls: str | Sequence[str] | None = None,
         model: str | None = None,
         api_key: str | None = None,
+        admin_api_key: str | None = None,
         timeout: float = 600.0,
         extra_body: Mapping[str, Any] | None = None,
         allowed_hosts: Iterable[str] | None = None,
@@ -176,17 +134,24 @@ class SGLangHTTPBackend(OpenAIBackend):
         priority_map: Callable[[float], int] | None = None,
         max_in_flight: int | None = None,
         incremental_output: bool = False,
+        server_deterministic: bool = False,
         abort_timeout: float = 5.0,
         score_top_logprobs: int = 5,
+        health_interval: float | None = 2.0,
     ) -> None:
-        super().__init__(urls, model=model, api_key=api_key, timeout=timeout, extra_body=extra_body,
-                         allowed_hosts=allowed_hosts, score_top_logprobs=score_top_logprobs)
+        super().__init__(base_url, urls=urls, model=model, api_key=api_key, timeout=timeout, extra_body=extra_body,
+                         allowed_hosts=allowed_hosts, score_top_logprobs=score_top_logprobs,
+                         health_interval=health_interval)
         self.server_priority = server_priority
         self.low_priority_values_first = low_priority_values_first
         self.priority_scale = priority_scale
         self.priority_map = priority_map
         self.incremental_output = incremental_output
         self.abort_timeout = abort_timeout
+        self._abort_headers = {"Authorization": f"Bearer {admin_api_key}"} if admin_api_key else {}
+        self._seeds = SeedNotice(server_deterministic, type(self).__name__)
+        self.aborts_sent = 0
+        self.abort_failures = 0
         cap = max_in_flight if max_in_flight is not None else (None if server_priority else 8)
         self.gates = {w: PriorityGate(cap) for w in self.workers} if cap is not None else {}
         self.capabilities = Capabilities(score=True, logprobs=True, priority=True, prefix_sharing=True,
@@ -196,6 +161,14 @@ class SGLangHTTPBackend(OpenAIBackend):
     def api_base(worker: str) -> str:
         """SGLang serves its OpenAI routes under ``/v1`` of the server root."""
         return worker + "/v1"
+
+    def health_url(self, worker: str) -> str:
+        """SGLang's liveness route (no key needed; what the gateway probes too)."""
+        return worker + "/health"
+
+    def metrics(self) -> dict[str, int]:
+        """The routing counters plus ``aborts_sent`` and ``abort_failures``."""
+        return {**super().metrics(), "aborts_sent": self.aborts_sent, "abort_failures": self.abort_failures}
 
     def priority_of(self, req: Any) -> int | None:
         """The SGLang priority sent for ``req`` (None when the server does not order by it)."""
@@ -210,11 +183,15 @@ class SGLangHTTPBackend(OpenAIBackend):
         gate = self.gates.get(worker)
         return gate.slot(req.priority) if gate is not None else contextlib.nullcontext()
 
+    def _abort_error(self, st: StreamState, req: GenRequest) -> Exception:
+        return abort_error(st, req)
+
     async def _request(self, req: GenRequest, worker: str, top: int) -> tuple[str, dict, Parser]:
+        self._seeds.check(req)
         prio = self.priority_of(req)
         if req.chat:  # SGLang's OpenAI route takes the same rid/priority extras
             url, body, parse = await super()._request(req, worker, top)
-            body["rid"] = req.rid
+            body["rid"] = wire_rid(req.rid)
             if prio is not None:
                 body["priority"] = prio
             return url, body, parse
@@ -226,7 +203,7 @@ class SGLangHTTPBackend(OpenAIBackend):
             params["stop"] = list(req.stop)
         if req.seed is not None:
             params["sampling_seed"] = req.seed
-        body: dict[str, Any] = {"text": req.prompt, "sampling_params": params, "rid": req.rid}
+        body: dict[str, Any] = {"text": req.prompt, "sampling_params": params, "rid": wire_rid(req.rid)}
         if prio is not None:
             body["priority"] = prio
         n_top = max(req.logprobs, top)
@@ -238,9 +215,23 @@ class SGLangHTTPBackend(OpenAIBackend):
         return worker + "/generate", body, lambda data, st: parse_native(data, st, incremental)
 
     async def _server_abort(self, worker: str, rid: str) -> None:
-        """POST ``/abort_request`` for this exact rid; failures are ignored (the stream is closed)."""
+        """POST ``/abort_request`` for this rid (as sent: prefix-free). The stream is closed
+        either way; a refused or failed abort is logged and counted (``abort_failures``)."""
         import httpx
 
         url = self._guard.check(worker + "/abort_request")
-        with contextlib.suppress(httpx.HTTPError, OSError):
-            await self._http().post(url, json={"rid": rid, "abort_all": False}, timeout=self.abort_timeout)
+        self.aborts_sent += 1
+        try:
+            resp = await self._http().post(url, json={"rid": wire_rid(rid), "abort_all": False},
+                                           headers=self._abort_headers, timeout=self.abort_timeout)
+        except (httpx.HTTPError, OSError) as exc:
+            self._abort_failed(worker, rid, f"{type(exc).__name__}: {exc}")
+            return
+        if not 200 <= resp.status_code < 300:
+            hint = " (the server runs --admin-api-key: pass admin_api_key=)" if resp.status_code in (401, 403) else ""
+            self._abort_failed(worker, rid, f"HTTP {resp.status_code}: {server_message(resp.content)}{hint}")
+
+    def _abort_failed(self, worker: str, rid: str, why: str) -> None:
+        self.abort_failures += 1
+        log.warning("abort of %r at %s failed, the server may keep decoding it until the client "
+                    "disconnect is noticed: %s", rid, worker, why)

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from certa.runtime.errors import BackendError
 from certa.runtime.program import Program
-from certa.runtime.scheduling.scheduler import ProgramInfo
+from certa.runtime.scheduling.scheduler import ProgramInfo, Ticket
 from certa.runtime.types import GenRequest, GenResult, ScoreRequest, ScoreResult, TokenKind
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -34,6 +34,20 @@ class ProgramRun:
             program.program_id, arrival=runtime.scheduler.clock(), knob_cap=program.knob_cap,
             name=program.display_name)
 
+    async def abort(self, rid: str) -> None:
+        """Abort ``rid`` on the backend if it is still in flight: the one place the runtime aborts.
+
+        The rid leaves ``inflight`` first, so a request is aborted once however many paths give
+        up on it (its awaiting task cancelled, a failure, the program's cleanup).
+        """
+        if rid not in self.inflight:
+            return
+        self.inflight.discard(rid)
+        try:
+            await self.backend.abort(rid)
+        except Exception:  # noqa: BLE001 - a failing abort must not hide why we abort
+            pass
+
     async def guard(self, rid: str, work: Awaitable[Any], kind: TokenKind, ctx, *, retryable_abort: bool = False) -> Any:
         """Await backend ``work`` for ``rid``; abort it on cancellation or failure; count its tokens.
 
@@ -47,16 +61,20 @@ class ProgramRun:
         try:
             res = await work
         except BaseException:  # cancelled, timed out or failed mid-stream: free the rid on the engine
-            try:
-                await self.backend.abort(rid)
-            except Exception:  # noqa: BLE001 - a failing abort must not hide why we abort
-                pass
+            await self.abort(rid)
             raise
         finally:
             self.inflight.discard(rid)
         if retryable_abort and getattr(res, "finish_reason", None) == "abort":  # the engine dropped it, not us
             raise BackendError("the engine aborted the request", retryable=True, program=self.program.program_id,
                                step=ctx.step, branch=ctx.branch)
+        self._count(res, kind)
+        if events.active:
+            events.emit("request_done", self.program.program_id, ctx.step, ctx.branch, rid=rid, token_kind=kind,
+                        tokens=res.tokens)
+        return res
+
+    def _count(self, res: GenResult | ScoreResult, kind: TokenKind) -> None:
         usage = self.program.tokens
         usage.requests += 1
         usage.add(kind, res.tokens)
@@ -65,17 +83,10 @@ class ProgramRun:
             self.info.tokens = usage.total
         if not self.info.prefix_tokens and getattr(res, "prompt_tokens", 0):
             self.info.prefix_tokens = int(res.prompt_tokens)  # the program's shared prompt: KV budget accounting
-        if events.active:
-            events.emit("request_done", self.program.program_id, ctx.step, ctx.branch, rid=rid, token_kind=kind,
-                        tokens=res.tokens)
-        return res
 
-    async def _scheduled(self, rid: str, est: int, hint: str | None, make: Callable[[], Awaitable[Any]],
-                         kind: TokenKind, ctx) -> Any:
+    async def _scheduled(self, ticket: Ticket, make: Callable[[], Awaitable[Any]], kind: TokenKind, ctx) -> Any:
+        """Send one attempt once the scheduler admits ``ticket``; its slot is freed when it ends."""
         sched = self.runtime.scheduler
-        if sched.unlimited:  # nothing can queue: skip ticket bookkeeping on the hot path
-            return await self.guard(rid, make(), kind, ctx, retryable_abort=True)
-        ticket = sched.ticket(rid, self.info, est, hint)
         try:
             await sched.acquire(ticket)
         except asyncio.CancelledError:
@@ -84,7 +95,7 @@ class ProgramRun:
             sched.release(ticket)
             raise
         try:
-            return await self.guard(rid, make(), kind, ctx, retryable_abort=True)
+            return await self.guard(ticket.rid, make(), kind, ctx, retryable_abort=True)
         finally:
             sched.release(ticket)
 
@@ -92,24 +103,26 @@ class ProgramRun:
                         make: Callable[[], Awaitable[Any]], kind: TokenKind, ctx) -> Any:
         """Send ``req``; retry retryable backend errors (bounded, jittered) under a fresh rid.
 
+        The request has ONE scheduling ticket for all its attempts: the scheduler admits it,
+        an engine that orders its own batches (llama.cpp) orders it by it (it looks it up by
+        rid), and backends with native priority (SGLang) get the policy's priority from it.
         Tokens count only for the attempt that succeeds; a failed attempt's rid is aborted.
-        Backends with native priority (SGLang) get the scheduling policy's priority, so the
-        same gang/SJF/aging order reaches the engine's queue.
         """
+        sched = self.runtime.scheduler
+        ticket = sched.ticket(req.rid, self.info, est, hint)
         if self.backend.capabilities.priority:
-            sched = self.runtime.scheduler
-            req.priority = sched.policy.priority(sched.ticket(req.rid, self.info, est, hint), sched.clock())
+            req.priority = sched.policy.priority(ticket, sched.clock())
         retry, rng = self.runtime.retry, self.runtime.rng
         for attempt in itertools.count():
             try:
-                return await self._scheduled(req.rid, est, hint, make, kind, ctx)
+                return await self._scheduled(ticket, make, kind, ctx)
             except BackendError as exc:
                 if not exc.retryable or attempt + 1 >= retry.max_attempts:
                     tries = f" (gave up after {attempt + 1} attempts)" if exc.retryable else ""
                     raise BackendError(exc.message + tries, retryable=False, program=req.program_id or None,
                                        step=req.step or None, branch=req.branch, hint=exc.hint) from exc
                 await asyncio.sleep(retry.delay(attempt, rng))
-                req.rid = f"{req.rid.split('~')[0]}~r{attempt + 1}"
+                req.rid = ticket.rid = f"{req.rid.split('~')[0]}~r{attempt + 1}"
         raise AssertionError("unreachable")
 
     async def submit(self, req: GenRequest, ctx) -> GenResult:

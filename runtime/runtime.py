@@ -223,8 +223,7 @@ class Runtime:
             for seq in list(run.sequences):
                 await seq.close()
             for rid in list(run.inflight):
-                await self.backend.abort(rid)
-            run.inflight.clear()
+                await run.abort(rid)
             self.scheduler.unregister(prog.program_id)
             self._active.pop(prog.program_id, None)
             if run.parent is not None:

@@ -16,6 +16,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections import Counter
 
 import pytest
 
@@ -109,6 +110,8 @@ async def test_cancel_mid_run_aborts_every_kind_of_in_flight_work(delay):
         await task
     assert_nothing_left(rt, inner, fb)
     assert set(inner.aborted) <= set(inner.abort_calls)
+    twice = [rid for rid, n in Counter(inner.abort_calls).items() if n > 1]
+    assert twice == [], "the runtime aborts a request once (ProgramRun.abort owns it)"
     await rt.close()
     await asyncio.sleep(0)
     assert asyncio.all_tasks() - before == set(), "no task may outlive the cancelled run"
@@ -240,6 +243,9 @@ async def test_cancel_aborts_in_flight_requests_on_llamacpp_engine():
 
         g.loop("think")
         rt = ct.Runtime(backend)
+        engine_aborts: list[str] = []
+        real_abort = backend.engine.abort
+        backend.engine.abort = lambda rid: engine_aborts.append(rid) or real_abort(rid)
         q = "Write a long story about counting sheep, one sheep per sentence."
         task = asyncio.ensure_future(rt.run_many([(g.compile(), {"question": q})] * 2))
         deadline = time.monotonic() + 60
@@ -255,8 +261,36 @@ async def test_cancel_aborts_in_flight_requests_on_llamacpp_engine():
         while backend.live_rids() and time.monotonic() < deadline:
             await asyncio.sleep(0.02)
         assert backend.live_rids() == set(), "the engine still holds rids after cancel"
+        assert engine_aborts and len(engine_aborts) == len(set(engine_aborts)), \
+            f"each request is aborted once, by the runtime: {Counter(engine_aborts).most_common(3)}"
         assert rt.active_programs == {}
         out = await backend.generate(ct.GenRequest(prompt="2+2=", max_tokens=4, rid="after-cancel"))
         assert out.tokens > 0, "the engine must keep serving after a cancel"
+    finally:
+        await backend.close()
+
+
+@pytest.mark.model
+async def test_llamacpp_orders_each_request_by_its_one_scheduler_ticket():
+    llamacpp = pytest.importorskip("certa.runtime.backends.llamacpp.backend", reason="llama.cpp backend not available")
+    if not MODEL_FILE.is_file():
+        pytest.skip(f"model file {MODEL_FILE} not present")
+    backend = llamacpp.LlamaCppBackend(model="qwen2.5-coder-0.5b", n_ctx=2048, n_seq=4)
+    try:
+        made: list = []
+
+        class Counting(Scheduler):
+            def ticket(self, *args, **kw):
+                made.append(super().ticket(*args, **kw))
+                return made[-1]
+
+        jobs: list = []
+        real_submit = backend.engine.submit
+        backend.engine.submit = lambda job: jobs.append(job) or real_submit(job)
+        rt = ct.Runtime(backend, scheduler=Counting(limits=AdmissionLimits(max_requests=2)))
+        r = await rt.run(sc_graph(cap=4, fanout=4), question="Say one word.")
+        assert r.ok and r.tokens.requests == 4
+        assert len(made) == 4 and len(jobs) == 4, "one ticket per request: none made by the engine"
+        assert all(any(j.ticket is t for t in made) and j.owned for j in jobs)
     finally:
         await backend.close()

@@ -162,6 +162,30 @@ async def test_retries_are_bounded_with_fresh_rids():
     assert [rid.rsplit("~", 1)[-1] for rid in rids[1:]] == ["r1", "r2", "r3"]
 
 
+class CountingScheduler(ct.Scheduler):
+    """Counts the tickets it hands out."""
+
+    def __init__(self, **kw):
+        super().__init__(**kw)
+        self.made: list[str] = []
+
+    def ticket(self, rid, program, *args, **kw):
+        self.made.append(rid)
+        return super().ticket(rid, program, *args, **kw)
+
+
+@pytest.mark.parametrize("limited", [False, True])
+async def test_one_ticket_per_request_across_retries_and_priority(limited):
+    inner = ct.ScriptedBackend(responses=respond)
+    inner.capabilities.priority = True  # as SGLang backends declare: priority comes from the same ticket
+    fb = FirstAttemptOnly(inner, rate=1.0, kinds=["error_before"])
+    sched = CountingScheduler(limits=ct.AdmissionLimits(max_requests=2) if limited else None)
+    r = await ct.Runtime(fb, scheduler=sched, retry=FAST_RETRY).run(make_sc(cap=4, fanout=2), question="agree-3")
+    assert r.ok and r.tokens.requests == 4 and len(fb.log) == 4  # 4 requests, each failed once and retried
+    assert len(sched.made) == 4, sched.made
+    assert sched.inflight == 0 and sched.queue_depth == 0
+
+
 async def test_score_requests_are_retried_too():
     class S(ct.State):
         q: str

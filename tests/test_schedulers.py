@@ -202,15 +202,13 @@ def test_lpm_prefers_cached_prefixes_and_falls_back_to_fcfs():
     assert pol.order(many, 0.0)[0].rid == "x0"  # > 128 waiting: FCFS, as SGLang does
 
 
-def test_sglang_priority_mapping():
+def test_priority_and_sglang_style_ranks():
     pol = make_policy("certa", aging=0.0)
     a = ProgramInfo("a", 0.0, est_remaining_tokens=10.0)
     b = ProgramInfo("b", 0.0, est_remaining_tokens=900.0)
     ts = [Ticket("a0", a, 0.0, seq=0), Ticket("a1", a, 0.0, seq=1), Ticket("b0", b, 0.0, seq=2)]
     assert pol.rank(ts, 0.0) == {"a0": 1, "a1": 1, "b0": 0}  # SGLang default: higher runs first; gang = one rank
     assert pol.rank(ts, 0.0, low_first=True) == {"a0": 0, "a1": 0, "b0": 1}
-    assert pol.sglang_priority(ts[0], 0.0) > pol.sglang_priority(ts[2], 0.0)
-    assert pol.sglang_priority(ts[0], 0.0, low_first=True) < pol.sglang_priority(ts[2], 0.0, low_first=True)
     assert pol.priority(ts[0], 0.0) < pol.priority(ts[2], 0.0)  # certa's convention: lower = sooner
 
 

@@ -4,8 +4,8 @@ Every request a program sends becomes a :class:`Ticket`. The scheduler admits ti
 the backend while the :class:`AdmissionLimits` allow, in the order its
 :class:`SchedulingPolicy` gives. Gang policies (``policy.gang``) admit a program's pending
 tickets together. The SAME policy object also orders an engine's per-iteration batch
-(``order`` / :meth:`Scheduler.pick`), maps to SGLang priorities (``sglang_priority``,
-``rank``) and orders the simulator's queues. Policies live in :mod:`certa.runtime.scheduling.policies`.
+(``order``, over the admitted tickets: :meth:`Scheduler.lookup`), gives backends with native
+priority their priority (``priority``, ``rank``) and orders the simulator's queues. Policies live in :mod:`certa.runtime.scheduling.policies`.
 
 Two ways to drive it:
 
@@ -34,8 +34,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from certa.runtime.scheduling.admission import AdmissionLimits, Ledger
-
-_INT32 = 2**31 - 1  # SGLang's priority is a 32-bit int
 
 
 @dataclass(slots=True)
@@ -92,9 +90,10 @@ class SchedulingPolicy:
 
     Subclasses override ``key`` (or ``order``) and may set ``gang = True`` (the scheduler then
     admits a program's pending tickets as one unit; ``key`` must keep them contiguous).
-    Convention: :meth:`priority` is lower = sooner (certa's, as ``GenRequest.priority``);
-    :meth:`sglang_priority` and :meth:`rank` give SGLang's integers, where a HIGHER value is
-    scheduled first unless the server runs with ``--schedule-low-priority-values-first``.
+    Convention: :meth:`priority` is lower = sooner (certa's, as ``GenRequest.priority``; the
+    SGLang backends map it to SGLang's integers: ``backends.sglang.http.sglang_priority``);
+    :meth:`rank` gives dense integer ranks where, by default, a HIGHER value is scheduled first
+    (SGLang's default, unless the server runs with ``--schedule-low-priority-values-first``).
     """
 
     name = "fcfs"
@@ -111,13 +110,6 @@ class SchedulingPolicy:
         """A scalar urgency for backends with native priority (lower = sooner)."""
         k = self.key(ticket, now)
         return float(k[0]) if k and isinstance(k[0], (int, float)) else 0.0
-
-    def sglang_priority(self, ticket: Ticket, now: float, *, low_first: bool = False,
-                        resolution: float = 1.0) -> int:
-        """SGLang's request ``priority``: ``priority()`` in units of ``resolution``, negated
-        unless ``low_first`` (server flag ``--schedule-low-priority-values-first``)."""
-        v = max(-_INT32, min(_INT32, round(self.priority(ticket, now) / resolution)))
-        return int(v if low_first else -v)
 
     def rank(self, tickets: Iterable[Ticket], now: float, *, low_first: bool = False) -> dict[str, int]:
         """Dense integer ranks by rid over ``tickets`` (gang policies: one rank per program).
@@ -286,17 +278,10 @@ class Scheduler:
                 t.waiter.set_result(None)
 
     # ---- engines forming their own batches --------------------------------------------
-    def running(self) -> list[Ticket]:
-        """Tickets admitted and not yet released."""
-        return list(self._running.values())
-
     def lookup(self, rid: str) -> Ticket | None:
-        """The admitted ticket with this rid, if any."""
+        """The admitted ticket with this rid, if any: an engine ordering its own batch (llama.cpp)
+        orders a runtime request by the ticket the scheduler admitted (one ticket per request)."""
         return self._running.get(rid)
-
-    def pick(self, tickets: Iterable[Ticket], k: int) -> list[Ticket]:
-        """The ``k`` tickets to run this iteration, in policy order (an engine's batch)."""
-        return self.policy.order(tickets, self.clock())[:k]
 
     @property
     def queue_depth(self) -> int:

@@ -95,17 +95,20 @@ class LlamaCppBackend(Backend):
         if not req.rid:
             raise BackendError("request has no rid", program=req.program_id or None, step=req.step or None)
         seed = req.seed if req.seed is not None else zlib.crc32(f"{self.seed}:{req.rid}".encode())
-        ticket, info = self.engine.ticket(req.rid, req.program_id, req.max_tokens, req.prefix_hint)
+        ticket, owned = self.engine.ticket(req.rid, req.program_id, req.max_tokens, req.prefix_hint)
         return Job(rid=req.rid, kind=kind, prompt=tokens, loop=asyncio.get_running_loop(), ticket=ticket,  # type: ignore[arg-type]
-                   fallback=info, max_tokens=req.max_tokens, temperature=req.temperature, top_p=req.top_p,
+                   owned=owned, program_id=req.program_id, max_tokens=req.max_tokens, temperature=req.temperature, top_p=req.top_p,
                    top_k=req.top_k, seed=seed, stop=tuple(req.stop), logprobs=req.logprobs > 0,
                    token_kind=req.kind)
 
     async def _await(self, job: Job, rid: str, fut: asyncio.Future):
+        """Await ``fut``; a cancelled wait aborts ``rid``, unless a runtime owns the job (it aborts
+        its requests itself, once: :meth:`ProgramRun.abort`)."""
         try:
             return await fut
         except asyncio.CancelledError:
-            self.engine.abort(rid)
+            if not job.owned:
+                self.engine.abort(rid)
             raise
 
     # ---- protocol -------------------------------------------------------------------

@@ -96,7 +96,6 @@ class Batcher:
         if not cands:
             return []
         for j in cands:
-            j.ticket.program = sched.programs.get(j.program_id, j.fallback) if sched is not None else j.fallback
             j.ticket.cached = kv.cached_prefix(j) if j.slot is None else j.cached  # for LPM-style policies
         policy = sched.policy if sched is not None else self.fcfs
         by_ticket = {id(j.ticket): j for j in cands}

@@ -127,12 +127,24 @@ class LlamaEngine:
         return sched.clock() if sched is not None else time.monotonic()
 
     # ---- public API (any thread) ----------------------------------------------------
-    def ticket(self, rid: str, program_id: str, est_tokens: int, prefix_hint: str | None) -> tuple[Ticket, ProgramInfo]:
-        """A scheduling ticket for a new job, with a fresh ProgramInfo for unregistered programs."""
-        now = self.clock()
-        info = ProgramInfo(program_id or rid, arrival=now)
-        return Ticket(rid, info, enqueued=now, est_tokens=est_tokens, prefix_hint=prefix_hint,
-                      seq=next(self._seq)), info
+    def ticket(self, rid: str, program_id: str, est_tokens: int, prefix_hint: str | None) -> tuple[Ticket, bool]:
+        """The scheduling ticket that orders a new job in the batch, and whether a runtime owns it.
+
+        A request the attached scheduler admitted (the Runtime's path) keeps ITS ticket: one
+        ticket per request. Otherwise (sequences, probes' parent jobs, standalone use) the
+        engine makes one, for the registered program when there is one. A job is runtime-owned
+        when its program is registered with the scheduler: the runtime then aborts it itself.
+        """
+        sched, now = self.scheduler, self.clock()
+        if sched is not None:
+            admitted = sched.lookup(rid)
+            if admitted is not None:
+                return admitted, True
+            info = sched.programs.get(program_id)
+            if info is not None:
+                return sched.ticket(rid, info, est_tokens, prefix_hint), True
+        return Ticket(rid, ProgramInfo(program_id or rid, arrival=now), enqueued=now, est_tokens=est_tokens,
+                      prefix_hint=prefix_hint, seq=next(self._seq)), False
 
     def submit(self, job: Job) -> None:
         """Queue ``job``; its ``future`` is resolved with the result."""

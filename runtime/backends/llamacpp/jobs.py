@@ -22,7 +22,7 @@ import codecs
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from certa.runtime.scheduling.scheduler import ProgramInfo, Ticket
+from certa.runtime.scheduling.scheduler import Ticket
 from certa.runtime.types import GenResult
 
 JobKind = Literal["gen", "seq", "score"]
@@ -110,7 +110,8 @@ class Job:
     prompt: list[int]
     loop: asyncio.AbstractEventLoop
     ticket: Ticket
-    fallback: ProgramInfo
+    owned: bool = False  # a runtime sent it (and aborts it): the backend does not abort it on cancel
+    program_id: str = ""
     max_tokens: int = 0
     temperature: float = 0.0
     top_p: float = 1.0
@@ -144,10 +145,6 @@ class Job:
         self.pending = list(self.prompt)
         self.prompt_left = len(self.prompt)
         self.text = TextTail(self.stop)
-
-    @property
-    def program_id(self) -> str:
-        return self.fallback.program_id
 
     @property
     def needs_logits(self) -> bool:

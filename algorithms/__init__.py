@@ -3,32 +3,53 @@
 Modules are namespaces: ``answers`` (extraction, normalization), ``equivalence``
 (``math_equal``/``grade`` with certa's own timeout), ``clustering``, ``signals`` (certaindex
 signals), ``prompts`` (sandboxed templates). Programs live in ``programs``; evaluation
-tooling (datasets, traces, replay, calibration) in :mod:`certa.eval`.
+tooling (datasets, traces, replay, calibration) in :mod:`certa.eval`. The names below load
+on first use (module ``__getattr__``): importing one submodule does not load the others.
 """
 
-from certa.algorithms import answers, policies, prompts, signals
-from certa.algorithms.answers import clustering, equivalence
-from certa.algorithms.answers import boxed, extract_answer, extract_boxed, extract_probe_answer, normalize
-from certa.algorithms.answers.clustering import cluster, majority
-from certa.algorithms.answers.equivalence import grade, math_equal
-from certa.algorithms.prompts import probe_text, prompt, render
-from certa.algorithms.signals import (HESITATION_WORDS, ProbeObs, all_of, entropy_certainty, has_hesitation, probe_consistency,
-                      reward_certainty)
-from certa.algorithms.policies import ESC, AdaptiveConsistency, CheckEvery, MajorityMargin, Pareto, beta_stop_probability
-from certa.algorithms.programs.cot_probe import PRESETS, cot_output, cot_program
-from certa.algorithms.programs.self_consistency import sc_program
-from certa.algorithms.programs.mcts import mcts_program
-from certa.algorithms.programs.rebase import rebase_program
-from certa.algorithms.programs.sc_mcts import sc_mcts_program
-from certa.algorithms.programs.tree import Node, Scorer, self_eval, tree_mermaid
-from certa.algorithms.programs.library import PROGRAMS, build
+from __future__ import annotations
 
-__all__ = [
-    "ESC", "PRESETS", "PROGRAMS", "AdaptiveConsistency", "CheckEvery", "MajorityMargin", "Node", "Pareto", "Scorer",
-    "beta_stop_probability", "build", "cot_output", "cot_program", "mcts_program", "policies", "rebase_program",
-    "sc_mcts_program", "sc_program", "self_eval", "tree_mermaid",
-    "HESITATION_WORDS", "ProbeObs", "all_of", "answers", "boxed", "cluster", "clustering",
-    "entropy_certainty", "equivalence", "extract_answer", "extract_boxed", "extract_probe_answer", "grade",
-    "has_hesitation", "majority", "math_equal", "normalize", "probe_consistency", "probe_text",
-    "prompt", "prompts", "render", "reward_certainty", "signals",
-]
+import importlib
+from typing import Any
+
+_FROM: dict[str, tuple[str, ...]] = {
+    "certa.algorithms.answers": ("boxed", "extract_answer", "extract_boxed", "extract_probe_answer", "normalize"),
+    "certa.algorithms.answers.clustering": ("cluster", "majority"),
+    "certa.algorithms.answers.equivalence": ("grade", "math_equal"),
+    "certa.algorithms.prompts": ("probe_text", "prompt", "render"),
+    "certa.algorithms.signals": ("HESITATION_WORDS", "ProbeObs", "all_of", "entropy_certainty", "has_hesitation",
+                                 "probe_consistency", "reward_certainty"),
+    "certa.algorithms.policies": ("ESC", "AdaptiveConsistency", "CheckEvery", "MajorityMargin", "Pareto",
+                                  "beta_stop_probability"),
+    "certa.algorithms.programs.cot_probe": ("PRESETS", "cot_output", "cot_program"),
+    "certa.algorithms.programs.self_consistency": ("sc_program",),
+    "certa.algorithms.programs.mcts": ("mcts_program",),
+    "certa.algorithms.programs.rebase": ("rebase_program",),
+    "certa.algorithms.programs.sc_mcts": ("sc_mcts_program",),
+    "certa.algorithms.programs.tree": ("Node", "Scorer", "self_eval", "tree_mermaid"),
+    "certa.algorithms.programs.library": ("PROGRAMS", "build"),
+}
+_MODULES = {"answers": "certa.algorithms.answers", "clustering": "certa.algorithms.answers.clustering",
+            "equivalence": "certa.algorithms.answers.equivalence", "policies": "certa.algorithms.policies",
+            "prompts": "certa.algorithms.prompts", "signals": "certa.algorithms.signals"}
+_LAZY: dict[str, tuple[str, str | None]] = {
+    **{name: (module, name) for module, names in _FROM.items() for name in names},
+    **{name: (module, None) for name, module in _MODULES.items()},
+}
+
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name: str) -> Any:
+    try:
+        module_name, attr = _LAZY[name]
+    except KeyError:
+        raise AttributeError(f"module 'certa.algorithms' has no attribute {name!r}") from None
+    module = importlib.import_module(module_name)
+    value = module if attr is None else getattr(module, attr)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})

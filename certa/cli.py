@@ -14,8 +14,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from rich.console import Console
 from rich.table import Table
 
+from certa.algorithms.programs.library import PROGRAMS
 from certa.cli_errors import error_line, fail
+from certa.runtime.backends.registry import BACKENDS
 from certa.runtime.errors import CertaError, ConfigError
+from certa.runtime.registry import Registry
+from certa.runtime.scheduling.policies import POLICIES
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="certa: declarative LLM reasoning programs with certaindex early exit.\n\n"
@@ -30,6 +34,16 @@ def _root() -> None:
 
 _fail = fail
 _error_line = error_line
+
+PROGRAM_HELP = f"built-in program ({PROGRAMS.choices()}) or FILE.py:attr"
+BACKEND_HELP = f"auto, {BACKENDS.choices()}"
+SCHEDULER_HELP = POLICIES.choices()
+
+
+def registry_epilog(*tables: tuple[str, Registry]) -> str:
+    """Help-text lines ``title: name (help); ...`` for the CLI, generated from the registries."""
+    return "\n\n".join(f"{title}: " + "; ".join(f"{name} — {table.help(name)}" for name in table)
+                        for title, table in tables)
 
 
 def make_runtime(backend: str, model: Optional[str], scheduler: str = "fcfs", **opts: Any):
@@ -65,17 +79,17 @@ def _has_cuda() -> bool:
         return False
 
 
-@app.command()
+@app.command(epilog=registry_epilog(("Programs", PROGRAMS), ("Backends", BACKENDS), ("Schedulers", POLICIES)))
 def run(
-    target: str = typer.Argument(..., help="built-in program (sc, cot, mcts, rebase, sc-mcts) or FILE.py:attr"),
+    target: str = typer.Argument(..., help=PROGRAM_HELP),
     dataset: str = typer.Option("gsm8k", help="gsm8k, math500, aime24, amc23, asdiv, or a .jsonl path"),
     idx: Optional[str] = typer.Option(None, help="problem indices, e.g. 0:20"),
     limit: Optional[int] = typer.Option(None, help="run at most this many problems"),
-    backend: str = typer.Option("auto", help="auto, llamacpp, scripted, openai, sglang, sglang-http"),
+    backend: str = typer.Option("auto", help=BACKEND_HELP),
     model: Optional[str] = typer.Option(None, help="GGUF path or model name (llamacpp), model path (sglang)"),
     url: Optional[str] = typer.Option(None, help="server URL(s), comma-separated (openai, sglang-http)"),
     policy: Optional[str] = typer.Option(None, help="policy JSON file (e.g. from certa calibrate)"),
-    scheduler: str = typer.Option("fcfs", help="fcfs, lpm, app-fifo, certa-nocd, certa"),
+    scheduler: str = typer.Option("fcfs", help=SCHEDULER_HELP),
     concurrency: int = typer.Option(4, help="programs in flight at once"),
     journal: Optional[str] = typer.Option(None, help="append results to this JSONL journal"),
     resume: bool = typer.Option(False, help="continue an existing --journal"),
@@ -152,7 +166,7 @@ def _read_policy_json(path: str) -> Any:
 
 
 def _load_policy(path: str):
-    from certa.runtime.policy import Policy
+    from certa.algorithms.policies import policy_from_dict
     data = _read_policy_json(path)
     spec = data.get("policy", data) if isinstance(data, dict) else data
     try:
@@ -164,7 +178,7 @@ def _load_policy(path: str):
         raise ConfigError(f"policy file {path}: {where}: {msg}",
                           hint='expected {"kind": "threshold", "tau": 0.5, ...} or {"policy": {...}}') from None
     try:
-        return Policy.from_dict(spec)
+        return policy_from_dict(spec)
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"policy file {path}: {exc}") from None
 
@@ -254,7 +268,8 @@ except ImportError:  # pragma: no cover
     pass
 try:  # certa serve
     from certa.cli_serve import serve as _serve
-    app.command("serve")(_serve)
+    app.command("serve", epilog=registry_epilog(("Programs", PROGRAMS), ("Backends", BACKENDS),
+                                                ("Schedulers", POLICIES)))(_serve)
 except ImportError:  # pragma: no cover
     pass
 

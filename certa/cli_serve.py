@@ -14,6 +14,10 @@ from typing import Any, List, Optional
 import typer
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from certa.algorithms.programs.library import PROGRAMS
+from certa.runtime.backends.registry import BACKENDS
+from certa.runtime.scheduling.policies import POLICIES
+
 __all__ = ["serve"]
 
 
@@ -31,16 +35,16 @@ class _ServeOptions(BaseModel):
 
 
 def serve(
-    program: List[str] = typer.Option(["sc"], "--program", help="built-in program (sc, cot, mcts, rebase, sc-mcts) "
-                                      "or FILE.py:graph; repeat to serve several (the request's model picks one)"),
-    backend: str = typer.Option("auto", help="auto, llamacpp, scripted, openai, sglang, sglang-http"),
+    program: List[str] = typer.Option(["sc"], "--program", help=f"built-in program ({PROGRAMS.choices()}) or "
+                                      "FILE.py:graph; repeat to serve several (the request's model picks one)"),
+    backend: str = typer.Option("auto", help=f"auto, {BACKENDS.choices()}"),
     model: Optional[str] = typer.Option(None, help="GGUF path or model name (llamacpp), model path (sglang)"),
     url: Optional[str] = typer.Option(None, help="server URL(s), comma-separated (openai, sglang-http)"),
     backend_opt: List[str] = typer.Option([], "--backend-opt", help="extra backend option KEY=VALUE (VALUE as "
                                           "JSON if it parses), repeatable, e.g. --backend-opt max_in_flight=8"),
     host: str = typer.Option("127.0.0.1", help="address to bind (loopback by default)"),
     port: int = typer.Option(8000, help="port to bind"),
-    scheduler: str = typer.Option("certa", help="certa, certa-nocd, app-fifo, lpm, fcfs (one for all requests)"),
+    scheduler: str = typer.Option("certa", help=f"{POLICIES.choices()} (one for all requests)"),
     max_concurrent: Optional[int] = typer.Option(None, help="programs running at once; more get 429"),
     max_knob: Optional[int] = typer.Option(None, help="largest knob cap a request may ask for (else 400)"),
     max_tokens: Optional[int] = typer.Option(None, help="largest max_tokens a request may ask for (else 400); "

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 import importlib.util
 import pathlib
 import sys
@@ -38,12 +37,8 @@ def load_target(target: str, options: dict[str, Any] | None = None) -> Any:
         obj = getattr(module, name)
         return obj() if callable(obj) and not hasattr(obj, "new") and not (
             isinstance(obj, type) and issubclass(obj, Program)) else obj
-    try:
-        library = importlib.import_module("certa.algorithms.programs.library")
-    except ImportError:
-        library = None
-    names = sorted(getattr(library, "PROGRAMS", {})) if library else []
-    if library is not None and target in names:
-        return library.build(target, **(options or {}))
+    from certa.algorithms.programs.library import PROGRAMS, build
+    if target in PROGRAMS:
+        return build(target, **(options or {}))
     raise ConfigError(f"unknown program {target!r}",
-                      hint=f"use a built-in name ({', '.join(names) or '...'}) or FILE.py:attribute")
+                      hint=f"use a built-in name ({PROGRAMS.choices()}) or FILE.py:attribute")

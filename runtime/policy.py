@@ -17,6 +17,8 @@ import abc
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from certa.runtime.registry import Registry
+
 if TYPE_CHECKING:  # pragma: no cover
     from certa.runtime.program import Program
 
@@ -35,12 +37,6 @@ class Policy(abc.ABC):
 
     kind: ClassVar[str] = "policy"
     requires_certaindex: ClassVar[bool] = False
-    registry: ClassVar[dict[str, type["Policy"]]] = {}
-
-    def __init_subclass__(cls, **kw) -> None:
-        super().__init_subclass__(**kw)
-        if cls.kind != "policy":
-            Policy.registry[cls.kind] = cls
 
     @abc.abstractmethod
     def decide(self, program: "Program") -> Decision:
@@ -59,13 +55,16 @@ class Policy(abc.ABC):
         raise NotImplementedError
 
     @staticmethod
-    def from_dict(data: dict[str, Any]) -> "Policy":
-        """Rebuild a policy from ``to_dict`` output (e.g. a calibrated ``policy.json``)."""
+    def from_dict(data: dict[str, Any], kinds: "Registry[Policy] | None" = None) -> "Policy":
+        """Rebuild a policy from ``to_dict`` output (e.g. a calibrated ``policy.json``).
+
+        ``data["kind"]`` is looked up in ``kinds``: by default the runtime's own
+        :data:`POLICY_KINDS` (threshold, even, length); every built-in kind is in
+        ``certa.algorithms.policies.STOPPING_POLICIES`` (``policy_from_dict`` there uses it).
+        """
         from certa.runtime.errors import ConfigError
         kind = data.get("kind")
-        cls = Policy.registry.get(kind or "")
-        if cls is None:
-            raise ConfigError(f"unknown policy kind {kind!r}", hint=f"known: {sorted(Policy.registry)}")
+        cls = (POLICY_KINDS if kinds is None else kinds).get(kind)
         args = {k: v for k, v in data.items() if k != "kind"}
         try:
             return cls(**args)
@@ -167,3 +166,11 @@ class Length(Policy):
 
     def __repr__(self) -> str:
         return f"Length({self.max_tokens})"
+
+
+POLICY_KINDS: Registry[Policy] = Registry("policy kind")
+"""The runtime's stopping policies by ``kind`` (what ``to_dict`` writes); see ``Policy.from_dict``."""
+POLICY_KINDS.register(Threshold.kind, Threshold, help="stop once certaindex >= tau at the detection step "
+                      "(and every `every` knob units after)")
+POLICY_KINDS.register(Even.kind, Even, help="baseline: a fixed knob budget for every program")
+POLICY_KINDS.register(Length.kind, Length, help="baseline: stop at a decode-token budget")

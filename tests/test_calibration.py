@@ -16,7 +16,7 @@ from certa.eval.evalstats import bootstrap_ci, compare, iso_tokens
 from certa.eval.replay_eval import Replayer, Scores
 from certa.cli import _load_policy, app
 from certa.eval.errors import DatasetError
-from certa.runtime.policy import Policy
+from certa.algorithms.policies import policy_from_dict
 from certa.eval.traces import load_traces, parse_trace_line
 
 DATA = pathlib.Path(__file__).parent / "data"
@@ -110,7 +110,7 @@ def test_policy_file_loads_into_certa_run(problems, tmp_path):
     assert set(data) >= {"policy", "calibration", "heldout", "split"}
     assert set(data["heldout"]["ci95"]) == {"accuracy_delta", "token_ratio", "iso_token_ratio"}
     pol = _load_policy(str(out))
-    assert pol.to_dict() == data["policy"] == Policy.from_dict(data["policy"]).to_dict()
+    assert pol.to_dict() == data["policy"] == policy_from_dict(data["policy"]).to_dict()
     run = runner.invoke(app, ["run", "sc", "--dataset", str(tmp_path / "q.jsonl"), "--backend", "scripted",
                               "--policy", str(out)]) if _dataset(tmp_path) else None
     assert run is not None and run.exit_code == 0, run.output

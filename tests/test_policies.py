@@ -9,10 +9,9 @@ import pytest
 
 import certa as ct
 from certa.algorithms.policies import (ESC, AdaptiveConsistency, CheckEvery, MajorityMargin, Pareto,
-                                       beta_stop_probability, top_two)
+                                       beta_stop_probability, policy_from_dict, top_two)
 from certa.algorithms.programs.self_consistency import sc_program
 from certa.runtime.errors import ConfigError
-from certa.runtime.policy import Policy
 from certa.runtime.types import CertaindexPoint, Knob
 
 
@@ -113,7 +112,7 @@ def test_pareto_guard_delays_the_budget_lookup():
                                     ESC(window=5, min_samples=5), AdaptiveConsistency(0.9, min_samples=3),
                                     MajorityMargin(4, min_samples=2)])
 def test_policies_round_trip_through_dicts(policy):
-    again = Policy.from_dict(policy.to_dict())
+    again = policy_from_dict(policy.to_dict())
     assert type(again) is type(policy) and again.to_dict() == policy.to_dict()
 
 
@@ -125,7 +124,7 @@ def test_answer_rules_need_the_answers_protocol():
     with pytest.raises(ConfigError):
         AdaptiveConsistency(1.5)
     with pytest.raises(ConfigError):
-        Policy.from_dict({"kind": "esc", "windw": 3})
+        policy_from_dict({"kind": "esc", "windw": 3})
 
 
 async def test_policies_drive_a_real_program():

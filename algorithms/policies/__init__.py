@@ -9,8 +9,9 @@ Example:
 
 from certa.algorithms.policies.stopping import (AdaptiveConsistency, CheckEvery, ESC, MajorityMargin, Pareto,
     answers_of, beta_stop_probability, top_two)
+from certa.algorithms.policies.registry import STOPPING_POLICIES, policy_from_dict
 
 __all__ = [
     'AdaptiveConsistency', 'CheckEvery', 'ESC', 'MajorityMargin', 'Pareto', 'answers_of',
-    'beta_stop_probability', 'top_two',
+    'beta_stop_probability', 'top_two', 'STOPPING_POLICIES', 'policy_from_dict',
 ]

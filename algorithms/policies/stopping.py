@@ -11,7 +11,7 @@ from ``program.state.answers`` (a list; empty strings / None are "no answer"). E
 in :mod:`certa.algorithms` keeps one: SC branch answers, MCTS/REBASE terminal answers, CoT
 probe answers. Every policy has a ``min_samples`` guard: it never stops before that many
 samples (answers for the answer rules, knob units for the certaindex rules). All round-trip
-through ``to_dict`` / ``Policy.from_dict`` once this module is imported.
+through ``to_dict`` / :func:`~certa.algorithms.policies.registry.policy_from_dict`.
 
 Example:
     >>> from types import SimpleNamespace as NS

@@ -2,12 +2,15 @@ r"""The built-in program library: names → factories, as ``certa run NAME`` res
 
 Every program takes the input ``question=``, prompts for ``\boxed{}`` answers and returns an
 answer string (or None) that :func:`~certa.algorithms.answers.equivalence.grade` can check. Each
-keeps ``state.answers`` for the answer-count policies in :mod:`~certa.algorithms.policies`
-(imported here so ``Policy.from_dict`` knows them).
+keeps ``state.answers`` for the answer-count policies in :mod:`~certa.algorithms.policies`.
+:data:`PROGRAMS` is a :class:`~certa.runtime.registry.Registry` whose entries import their
+module on first use, so listing the names (CLI help, ``certa serve``) loads no program.
 
 Example:
     >>> sorted(PROGRAMS)
     ['cot', 'mcts', 'rebase', 'sc', 'sc-mcts']
+    >>> describe("sc")
+    'self-consistency: sample answers in rounds, majority vote'
     >>> build("sc", cap=8).knob.cap
     8
 """
@@ -15,29 +18,30 @@ Example:
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from certa.dsl import CompiledGraph
 from certa.runtime.errors import ConfigError
+from certa.runtime.registry import Registry
 
-from certa.algorithms import policies as _policies  # noqa: F401 - registers ESC, AC, ... with Policy.from_dict
-from certa.algorithms.programs.cot_probe import cot_program
-from certa.algorithms.programs.mcts import mcts_program
-from certa.algorithms.programs.rebase import rebase_program
-from certa.algorithms.programs.sc_mcts import sc_mcts_program
-from certa.algorithms.programs.self_consistency import sc_program
+if TYPE_CHECKING:  # pragma: no cover
+    from certa.dsl import CompiledGraph
 
 __all__ = ["PROGRAMS", "build", "describe"]
 
-PROGRAMS: dict[str, Callable[..., CompiledGraph]] = {
-    "cot": cot_program,
-    "sc": sc_program,
-    "mcts": mcts_program,
-    "rebase": rebase_program,
-    "sc-mcts": sc_mcts_program,
-}
-"""Built-in programs; each value is a factory returning a :class:`~certa.dsl.CompiledGraph`."""
+PROGRAMS: Registry[CompiledGraph] = Registry("program")
+"""Built-in programs; each factory returns a :class:`~certa.dsl.CompiledGraph`."""
+
+_HERE = "certa.algorithms.programs"
+PROGRAMS.register("cot", f"{_HERE}.cot_probe:cot_program",
+                  help="chain of thought, probed mid-way for an early answer")
+PROGRAMS.register("sc", f"{_HERE}.self_consistency:sc_program",
+                  help="self-consistency: sample answers in rounds, majority vote")
+PROGRAMS.register("mcts", f"{_HERE}.mcts:mcts_program",
+                  help="Monte Carlo tree search over reasoning steps, scored by the model")
+PROGRAMS.register("rebase", f"{_HERE}.rebase:rebase_program",
+                  help="REBASE: reward-balanced tree search over reasoning steps")
+PROGRAMS.register("sc-mcts", f"{_HERE}.sc_mcts:sc_mcts_program",
+                  help="self-consistency whose samples are whole MCTS searches")
 
 
 def build(name: str, **overrides: Any) -> CompiledGraph:
@@ -46,8 +50,6 @@ def build(name: str, **overrides: Any) -> CompiledGraph:
     Raises ``ConfigError`` for an unknown name or an option the factory does not take.
     """
     factory = PROGRAMS.get(name)
-    if factory is None:
-        raise ConfigError(f"unknown program {name!r}", hint=f"built-in programs: {', '.join(sorted(PROGRAMS))}")
     params = inspect.signature(factory).parameters
     named = [p for p, spec in params.items() if spec.kind is not inspect.Parameter.VAR_KEYWORD]
     unknown = [k for k in overrides if k not in named]
@@ -60,7 +62,5 @@ def build(name: str, **overrides: Any) -> CompiledGraph:
 
 
 def describe(name: str) -> str:
-    """The first line of a built-in program's factory docstring."""
-    if name not in PROGRAMS:
-        raise ConfigError(f"unknown program {name!r}", hint=f"built-in programs: {', '.join(sorted(PROGRAMS))}")
-    return (inspect.getdoc(PROGRAMS[name]) or "").splitlines()[0]
+    """The one-line help of a built-in program (``ConfigError`` for an unknown name)."""
+    return PROGRAMS.help(name)

@@ -133,9 +133,9 @@ class ServedProgram:
 
 
 def _policy_from_dict(spec: dict[str, Any]) -> Policy:
-    import certa.algorithms.policies  # noqa: F401 - registers ESC, AC, Pareto, ... with Policy.from_dict
+    from certa.algorithms.policies import policy_from_dict
     try:
-        return Policy.from_dict(spec)
+        return policy_from_dict(spec)
     except (TypeError, ValueError) as exc:  # ConfigError is a CertaError, not a ValueError: passes through
         raise ConfigError(f"bad policy {spec.get('kind')!r}: {exc}") from None
 

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from certa.runtime.errors import ConfigError
 from certa.runtime.policy import Threshold
+from certa.runtime.registry import Registry
 from certa.runtime.scheduling.scheduler import ProgramInfo, SchedulingPolicy, Ticket
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -162,21 +163,20 @@ class CertaSJF(SchedulingPolicy):
         self.history.add(info)
 
 
-POLICIES: dict[str, Any] = {
-    "fcfs": SchedulingPolicy,
-    "lpm": LPM,
-    "app-fifo": AppFIFO,
-    "certa-nocd": lambda **kw: CertaSJF(use_certaindex=False, **kw),
-    "certa": lambda **kw: CertaSJF(use_certaindex=True, **kw),
-}
+POLICIES: Registry[SchedulingPolicy] = Registry("scheduling policy")
+"""Every scheduling policy by name (``--scheduler``, ``Sweep.policies``)."""
+POLICIES.register("fcfs", SchedulingPolicy, help="request-level first come first served")
+POLICIES.register("lpm", LPM, help="longest cached prefix first, then FCFS")
+POLICIES.register("app-fifo", AppFIFO, help="programs FIFO by arrival, each program's requests as one gang")
+POLICIES.register("certa-nocd", lambda **kw: CertaSJF(use_certaindex=False, **kw),
+                  help="gang + shortest remaining work first (from history) + aging")
+POLICIES.register("certa", lambda **kw: CertaSJF(use_certaindex=True, **kw),
+                  help="gang + shortest remaining work first (certaindex-informed) + aging")
 
 
 def make_policy(name: str, **kw: Any) -> SchedulingPolicy:
     """A fresh policy object by name (see :data:`POLICIES`); ``kw`` go to its constructor."""
-    try:
-        factory = POLICIES[name]
-    except KeyError:
-        raise ConfigError(f"unknown scheduling policy {name!r}", hint=f"choose one of {', '.join(POLICIES)}") from None
+    factory = POLICIES.get(name)
     try:
         return factory(**kw)
     except TypeError as exc:

@@ -1,0 +1,140 @@
+"""Named tables of extensions: programs, backends, scheduling and stopping policies, signals.
+
+Every extension point of certa is a :class:`Registry`: a name maps to an :class:`Entry`
+holding a factory (a callable, or a ``"module:attr"`` string imported on first use, so a
+heavy backend costs nothing until asked for) and a one-line help text that CLI help and
+``certa serve`` listings are generated from. The module that owns a table fills it with
+explicit :meth:`Registry.register` calls; importing some other module never adds names to
+it. An unknown name raises a :class:`~certa.runtime.errors.ConfigError` listing the choices.
+
+=====================  ============================================================
+table                  owner
+=====================  ============================================================
+programs               ``certa.algorithms.programs.library.PROGRAMS``
+backends               ``certa.runtime.backends.registry.BACKENDS``
+scheduling policies    ``certa.runtime.scheduling.policies.POLICIES``
+stopping policies      ``certa.runtime.policy.POLICY_KINDS`` (runtime's) and
+                       ``certa.algorithms.policies.STOPPING_POLICIES`` (all)
+certaindex signals     ``certa.algorithms.signals.SIGNALS``
+=====================  ============================================================
+
+Example:
+    >>> colors = Registry("color")
+    >>> colors.register("red", lambda shade=1.0: f"red x{shade}", help="pure red")
+    >>> colors.register("blue", "colorsys:rgb_to_hsv", help="imported when first asked for")
+    >>> colors.make("red", shade=0.5), colors.names(), colors.help("red")
+    ('red x0.5', ['red', 'blue'], 'pure red')
+    >>> "blue" in colors, colors.get("blue").__name__
+    (True, 'rgb_to_hsv')
+    >>> colors.get("green")
+    Traceback (most recent call last):
+    ...
+    certa.runtime.errors.ConfigError: CT300 config-error: unknown color 'green' (hint: choose one of: red, blue)
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from certa.runtime.errors import ConfigError
+
+__all__ = ["Entry", "Registry"]
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Entry(Generic[T]):
+    """One registered name: its factory (or ``"module:attr"``), help line and install hint."""
+
+    name: str
+    target: Callable[..., T] | str
+    help: str = ""
+    install: str | None = None  # how to get a lazy target's module when importing it fails
+
+
+class Registry(Generic[T]):
+    """An ordered name → factory table for one kind of extension (``kind`` names it in errors).
+
+    Args:
+        kind: what the names are, for messages ("backend", "scheduling policy", ...).
+        include: registries whose entries this one starts with (e.g. the runtime's stopping
+            policies inside the algorithms' table), copied at construction.
+    """
+
+    def __init__(self, kind: str, *, include: tuple[Registry[T], ...] = ()) -> None:
+        self.kind = kind
+        self._entries: dict[str, Entry[T]] = {}
+        for other in include:
+            self._entries.update(other._entries)
+
+    def register(self, name: str, target: Callable[..., T] | str, *, help: str = "",
+                 install: str | None = None) -> None:
+        """Add ``name``. ``target``: a factory, or ``"module:attr"`` imported on first use.
+
+        ``help`` defaults to the first line of the factory's docstring (give it explicitly for
+        lazy targets: listing names must not import them).
+        """
+        if name in self._entries:
+            raise ConfigError(f"{self.kind} {name!r} is registered twice")
+        if isinstance(target, str) and ":" not in target:
+            raise ConfigError(f"{self.kind} {name!r}: a lazy target is 'module:attr', got {target!r}")
+        if not help and not isinstance(target, str):
+            help = (inspect.getdoc(target) or "").partition("\n")[0]
+        self._entries[name] = Entry(name, target, help, install)
+
+    # ---- lookup ---------------------------------------------------------------------
+    def entry(self, name: str) -> Entry[T]:
+        """The entry for ``name``; ConfigError listing the choices if there is none."""
+        try:
+            return self._entries[name]
+        except (KeyError, TypeError):  # TypeError: an unhashable "name" from a JSON file
+            raise ConfigError(f"unknown {self.kind} {name!r}", hint=f"choose one of: {self.choices()}") from None
+
+    def get(self, name: str) -> Callable[..., T]:
+        """The factory for ``name``, importing a lazy one (ConfigError if its module is missing)."""
+        target = self.entry(name).target
+        if not isinstance(target, str):
+            return target
+        module_name, _, attr = target.partition(":")
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as exc:
+            raise ConfigError(f"{self.kind} {name!r} is not available: {exc}", hint=self._entries[name].install) \
+                from None
+        return getattr(module, attr)
+
+    def make(self, name: str, /, *args: Any, **kwargs: Any) -> T:
+        """``get(name)(*args, **kwargs)``."""
+        return self.get(name)(*args, **kwargs)
+
+    def help(self, name: str) -> str:
+        """The one-line help of ``name``."""
+        return self.entry(name).help
+
+    def names(self) -> list[str]:
+        """Registered names, in registration order."""
+        return list(self._entries)
+
+    def choices(self) -> str:
+        """The names as ``"a, b, c"`` (for help texts and error hints)."""
+        return ", ".join(self._entries)
+
+    def __contains__(self, name: object) -> bool:
+        try:
+            return name in self._entries
+        except TypeError:
+            return False
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(list(self._entries))
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __repr__(self) -> str:
+        return f"Registry({self.kind!r}: {self.choices()})"

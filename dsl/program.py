@@ -118,7 +118,7 @@ class GraphProgram(Program):
             out = b.router(self.state)
             items = out if isinstance(out, (list, tuple)) else [out]
             sends = sum(isinstance(x, Send) for x in items)
-            limit = self._ctx.run.runtime.limits.max_fanout if self._ctx else None
+            limit = self._ctx.max_fanout if self._ctx else None
             for bound, what in ((b.max_fanout, "max_fanout"), (limit, "the runtime's max_fanout")):
                 if bound is not None and sends > bound:
                     raise LimitExceededError(f"router returned {sends} Sends, over {what}={bound}",
@@ -147,7 +147,7 @@ class GraphProgram(Program):
             if spec.max_fanout is not None and n > spec.max_fanout:
                 raise LimitExceededError(f"fanout {n} over max_fanout={spec.max_fanout}", program=self.program_id,
                                          step=name)
-        limit = self._ctx.run.runtime.limits.max_fanout if self._ctx else None
+        limit = self._ctx.max_fanout if self._ctx else None
         if limit is not None and n > limit:
             raise LimitExceededError(f"fanout {n} over the runtime limit {limit}", program=self.program_id, step=name)
         for _ in range(n):
@@ -169,9 +169,7 @@ class GraphProgram(Program):
         self._tasks[task] = (spec.name, branch)
 
     async def _run_step(self, spec: StepSpec, ctx: Context) -> None:
-        events = ctx.run.runtime.events
-        if events.active:
-            events.emit("step_start", self.program_id, spec.name, ctx.branch)
+        ctx.emit("step_start")
         try:
             if spec.is_async:
                 out = await (spec.fn(self.state, ctx) if spec.takes_ctx else spec.fn(self.state))
@@ -182,6 +180,5 @@ class GraphProgram(Program):
             raise
         except Exception as exc:  # delivered to execute(), which names program/step/branch
             item = (asyncio.current_task(), spec.name, ctx.branch, None, exc)
-        if events.active:
-            events.emit("step_end", self.program_id, spec.name, ctx.branch, ok=item[4] is None)
+        ctx.emit("step_end", ok=item[4] is None)
         self._done.put_nowait(item)

@@ -48,6 +48,11 @@ class Context:
     def program_id(self) -> str:
         return self.run.program.program_id
 
+    @property
+    def max_fanout(self) -> int | None:
+        """The runtime's cap on the branches one step may fan out to (None = no limit)."""
+        return self.run.runtime.limits.max_fanout
+
     def _rid(self, tag: str = "") -> str:
         return f"{self.run.program.program_id}:{self.step}:{self.branch}:{next(self.run.rid_counter)}{tag}"
 
@@ -107,7 +112,8 @@ class Context:
         return result
 
     def emit(self, kind: str, **data: Any) -> None:
-        """Publish a custom event on the runtime's event stream."""
+        """Publish an event for this step and branch on the runtime's event stream (a no-op
+        while nobody listens)."""
         self.run.runtime.events.emit(kind, self.program_id, self.step, self.branch, **data)
 
 

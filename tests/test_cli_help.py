@@ -107,3 +107,19 @@ def test_no_arguments_prints_help_and_help_exits_zero(capsys):
     assert "Usage" in out and "run" in out and "Traceback" not in out
     code, out = _run_main(["--help"], capsys)
     assert code == 0 and "Example" in out
+
+
+@pytest.mark.parametrize("command", ["run", "serve"])
+def test_help_lists_are_generated_from_the_registries(command):
+    from certa.algorithms.programs.library import PROGRAMS
+    from certa.runtime.backends.registry import BACKENDS
+    from certa.runtime.scheduling.policies import POLICIES
+
+    res = CliRunner().invoke(app, [command, "--help"], env={"COLUMNS": "2000"})
+    out = " ".join(res.output.split())
+    assert res.exit_code == 0, res.output
+    assert f"built-in program ({PROGRAMS.choices()})" in out and f"auto, {BACKENDS.choices()}" in out
+    assert POLICIES.choices() in out
+    for table in (PROGRAMS, BACKENDS, POLICIES):
+        for name in table:
+            assert f"{name} — {table.help(name)}" in out, (command, name)

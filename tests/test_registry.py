@@ -1,0 +1,85 @@
+"""One extension mechanism: every table is a Registry, filled by explicit register() calls."""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+from certa.algorithms.policies import STOPPING_POLICIES, policy_from_dict
+from certa.algorithms.programs.library import PROGRAMS
+from certa.runtime.backends.registry import BACKENDS
+from certa.runtime.errors import ConfigError
+from certa.runtime.policy import POLICY_KINDS, Policy, Threshold
+from certa.runtime.registry import Registry
+from certa.runtime.scheduling.policies import POLICIES
+
+TABLES = {"programs": PROGRAMS, "backends": BACKENDS, "scheduling": POLICIES, "stopping": STOPPING_POLICIES}
+
+
+def test_unknown_names_list_the_choices():
+    for table in TABLES.values():
+        with pytest.raises(ConfigError) as err:
+            table.get("no-such-name")
+        assert err.value.code == "CT300" and f"unknown {table.kind} 'no-such-name'" in str(err.value)
+        assert err.value.hint == f"choose one of: {table.choices()}"
+    with pytest.raises(ConfigError, match="unknown policy kind"):
+        POLICY_KINDS.get(["unhashable"])  # a JSON list where a kind belongs
+
+
+def test_register_refuses_duplicates_and_bad_lazy_targets():
+    r: Registry[int] = Registry("thing")
+    r.register("one", lambda: 1)
+    with pytest.raises(ConfigError, match="registered twice"):
+        r.register("one", lambda: 2)
+    with pytest.raises(ConfigError, match="module:attr"):
+        r.register("two", "no_colon_here")
+    r.register("gone", "certa_no_such_module:thing", install="pip install thing")
+    with pytest.raises(ConfigError, match="not available") as err:
+        r.get("gone")
+    assert err.value.hint == "pip install thing"
+
+
+def test_every_entry_has_help_and_a_target_that_exists():
+    for name, table in TABLES.items():
+        for entry in (table.entry(n) for n in table):
+            assert entry.help and "\n" not in entry.help, (name, entry.name)
+            if isinstance(entry.target, str):  # check it without importing a heavy engine
+                module, _, attr = entry.target.partition(":")
+                spec = importlib.util.find_spec(module)
+                assert spec and spec.origin, entry.target
+                tree = ast.parse(pathlib.Path(spec.origin).read_text(encoding="utf-8"))
+                defined = {n.name for n in tree.body if isinstance(n, (ast.ClassDef, ast.FunctionDef))}
+                assert attr in defined, entry.target
+
+
+def test_stopping_policy_kinds_match_to_dict():
+    for kind in STOPPING_POLICIES:
+        assert STOPPING_POLICIES.get(kind).kind == kind
+    assert STOPPING_POLICIES.names()[:3] == POLICY_KINDS.names() == ["threshold", "even", "length"]
+    assert type(policy_from_dict({"kind": "margin", "margin": 2})).__name__ == "MajorityMargin"
+    assert isinstance(Policy.from_dict({"kind": "threshold", "tau": 0.5}), Threshold)
+
+
+def test_registration_is_explicit_not_an_import_side_effect():
+    """Importing the algorithms (or defining a Policy subclass) adds nothing to the runtime's table."""
+    code = ("from certa.runtime.policy import POLICY_KINDS, Policy\n"
+            "before = POLICY_KINDS.names()\n"
+            "import certa.algorithms.policies, certa.algorithms.programs.library\n"
+            "class Mine(Policy):\n    kind = 'mine'\n    def decide(self, program): ...\n"
+            "assert POLICY_KINDS.names() == before, POLICY_KINDS.names()\n"
+            "try:\n    Policy.from_dict({'kind': 'esc'})\nexcept Exception as exc:\n    print(type(exc).__name__)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "ConfigError"
+
+
+def test_listing_programs_imports_no_program():
+    code = ("import sys\nfrom certa.algorithms.programs.library import PROGRAMS, describe\n"
+            "[describe(n) for n in PROGRAMS]\n"
+            "print(sorted(m for m in sys.modules if m.startswith(('certa.dsl', 'certa.algorithms.programs.'))))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "['certa.algorithms.programs.library']"

@@ -117,6 +117,33 @@ class Threshold(Policy):
             return Decision(True, "certaindex")
         return CONTINUE
 
+    def expected_remaining(self, program: "Program") -> float:
+        """Knob units still to run, read from the certaindex (the SJF estimate).
+
+        With a next check at ``n`` (the detection step, or the next ``every``):
+        ``(n - k) + (1 - min(1, c / tau)) * (cap - n)``: a program whose certaindex ``c``
+        already passes is expected to stop at ``n``, one far below the threshold to run to
+        its cap. No check left before the cap, or no certaindex yet: ``cap - k``.
+        """
+        cap = self.budget_cap(program)
+        if cap is None:
+            return super().expected_remaining(program)
+        k, start = program.knob_value, max(self.detect_at, self.min_samples)
+        if k < start:
+            nxt: int | None = start
+        elif self.every:
+            nxt = k + self.every - (k - start) % self.every
+        else:
+            nxt = None
+        c = program.certaindex
+        if nxt is None or nxt > cap or c is None:
+            return float(max(0, cap - k))
+        if isinstance(self.tau, dict):
+            unsure = 0.0 if self.passes(program) else 1.0
+        else:
+            unsure = 1.0 - min(1.0, c / self.tau) if self.tau > 0 else 0.0
+        return float(nxt - k) + unsure * (cap - nxt)
+
     def to_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, "tau": self.tau, "detect_at": self.detect_at, "every": self.every,
                 "min_samples": self.min_samples}

@@ -121,6 +121,7 @@ def test_remaining_steps_follows_certaindex_and_threshold():
     p.knob_used = 2
     p.trajectory.append(type("Pt", (), {"value": 0.9})())
     assert remaining_steps(pol, p) == 2  # passes already: stops at the detection step
+    assert pol.expected_remaining(p) == 2  # the math is Threshold's own: a policy wrapping one gets it too
     p.trajectory[-1].value = 0.0
     assert remaining_steps(pol, p) == 14  # hopeless so far: 2 to the check + all 12 after
     assert remaining_steps(None, p) == 14

@@ -32,7 +32,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from certa.runtime.errors import ConfigError
-from certa.runtime.policy import Threshold
 from certa.runtime.registry import Registry
 from certa.runtime.scheduling.scheduler import ProgramInfo, SchedulingPolicy, Ticket
 
@@ -184,36 +183,15 @@ def make_policy(name: str, **kw: Any) -> SchedulingPolicy:
 
 
 def remaining_steps(policy: "Policy | None", program: "Program") -> float:
-    """Knob units still to run as implied by the program's certaindex and stop policy.
-
-    For a :class:`~certa.runtime.policy.Threshold` with a next check at ``n`` (the detection
-    step, or the next ``every``): ``(n - k) + (1 - min(1, c / tau)) * (cap - n)`` — a program
-    whose certaindex ``c`` already passes is expected to stop at ``n``, one far below the
-    threshold to run to its cap. No check left, or no certaindex yet: ``cap - k``. Other
-    policies: ``policy.expected_remaining``. Multiply by tokens per step for
+    """Knob units still to run as implied by the program's certaindex and stop policy:
+    ``policy.expected_remaining(program)`` (:meth:`~certa.runtime.policy.Threshold.expected_remaining`
+    reads the certaindex); with no policy, until the knob cap. Multiply by tokens per step for
     ``ProgramInfo.est_remaining_tokens``.
     """
-    k = program.knob_value
     if policy is None:
+        k = program.knob_value
         return float(max(0, program.knob_cap - k)) if program.knob_cap else 0.0
-    cap = policy.budget_cap(program)
-    if not isinstance(policy, Threshold) or cap is None:
-        return float(policy.expected_remaining(program))
-    start = max(policy.detect_at, policy.min_samples)
-    if k < start:
-        nxt = start
-    elif policy.every:
-        nxt = k + policy.every - (k - start) % policy.every
-    else:
-        nxt = None
-    c = program.certaindex
-    if nxt is None or nxt > cap or c is None:
-        return float(max(0, cap - k))
-    if isinstance(policy.tau, dict):
-        unsure = 0.0 if policy.passes(program) else 1.0
-    else:
-        unsure = 1.0 - min(1.0, c / policy.tau) if policy.tau > 0 else 0.0
-    return float(nxt - k) + unsure * (cap - nxt)
+    return float(policy.expected_remaining(program))
 
 
 __all__ = ["AppFIFO", "CertaSJF", "History", "LPM", "POLICIES", "make_policy", "remaining_steps"]

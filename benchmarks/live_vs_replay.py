@@ -36,7 +36,7 @@ from certa.eval.collect import CollectConfig, collect_traces
 from certa.eval.datasets import load_dataset
 from certa.algorithms.answers.equivalence import grade
 from certa.eval.evalstats import bootstrap_ci
-from certa.eval.replay import ReplaySC, drive
+from certa.eval.replay import ReplaySC, run_replay
 from certa.eval.replay_eval import Replayer
 from certa.algorithms.programs.self_consistency import sc_program
 from certa.cli import _load_policy
@@ -130,7 +130,7 @@ def main() -> None:
     lane_runs = []
     for t in chosen:
         prog = ReplaySC(t, lane_order([s.tokens for s in t.samples], args.lanes), policy)
-        drive(prog)
+        run_replay(prog)
         lane_runs.append({"idx": t.idx, "main": prog.tokens.main, "knob": prog.knob_value,
                           "correct": prog.is_correct()})
     seeded = Replayer(chosen, "sc", seed=args.seed, orders=16).run(policy)

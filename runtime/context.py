@@ -106,7 +106,7 @@ class Context:
 
         Its tokens count toward this program too; cancelling this step cancels it.
         """
-        result = await self.run.runtime.run(program, _parent=self.run, **inputs)
+        result = await self.run.runtime._run(program, inputs, parent=self.run)
         if result.error is not None and not isinstance(result.error, asyncio.CancelledError):
             raise result.error
         return result

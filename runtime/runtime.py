@@ -26,7 +26,8 @@ from typing import Any
 
 from certa.runtime.backends.base import Backend
 from certa.runtime.context import Context
-from certa.runtime.errors import CertaError, CertaindexRangeError, ConfigError, StepFailedError
+from certa.runtime.driver import drive
+from certa.runtime.errors import CertaError, ConfigError, StepFailedError
 from certa.runtime.events import EventBus
 from certa.runtime.program import Program
 from certa.runtime.limits import RetryPolicy, RuntimeLimits
@@ -74,8 +75,12 @@ class Runtime:
     def active_programs(self) -> dict[str, Program]:
         return {pid: r.program for pid, r in self._active.items()}
 
-    async def run(self, program: Any, /, *, _parent: ProgramRun | None = None, **inputs: Any) -> Result:
+    async def run(self, program: Any, /, **inputs: Any) -> Result:
         """Run ``program`` (a Program, a Program class, or a compiled graph) with ``inputs``."""
+        return await self._run(program, inputs, parent=None)
+
+    async def _run(self, program: Any, inputs: dict[str, Any], *, parent: ProgramRun | None) -> Result:
+        """Run a program; with ``parent`` as that program's sub-program (``Context.call``)."""
         try:
             prog = self._instantiate(program, inputs)
         except CertaError as exc:  # bad inputs fail this program only, like any other error
@@ -83,8 +88,8 @@ class Runtime:
             exc.program = exc.program or f"{name}-{next(self._ids)}"
             return Result(program_id=exc.program, name=name, answer=None, state=None, exit_reason="error", error=exc)
         base = prog.display_name
-        prog.program_id = f"{_parent.program.program_id}/{base}-{next(self._ids)}" if _parent else f"{base}-{next(self._ids)}"
-        run = ProgramRun(self, prog, _parent)
+        prog.program_id = f"{parent.program.program_id}/{base}-{next(self._ids)}" if parent else f"{base}-{next(self._ids)}"
+        run = ProgramRun(self, prog, parent)
         self._active[prog.program_id] = run
         self.scheduler.register(run.info, as_id=prog.program_id)
         self.events.emit("program_start", prog.program_id, name=base, knob_cap=prog.knob_cap)
@@ -174,46 +179,21 @@ class Runtime:
         raise ConfigError(f"cannot run {program!r}: expected a Program, a Program class or a compiled graph")
 
     async def _drive(self, run: ProgramRun) -> str:
-        prog = run.program
-        ctx = Context(run, "execute")
-        policy, cap = prog.policy, prog.knob_cap
-        runtime_caps = not prog.manages_cap
-        while True:
-            if runtime_caps and cap is not None and prog.knob_value >= cap:
-                return "cap"
-            more = await prog.execute(ctx)
-            self._update_certaindex(run)
-            if policy is not None:
-                decision = policy.decide(prog)
-                if decision.stop:
-                    return decision.reason
-            if not more:
-                return "cap" if prog.hit_cap else "done"
+        """The one driving loop (:func:`~certa.runtime.driver.drive`) plus the runtime's bookkeeping."""
+        return await drive(run.program, Context(run, "execute"), on_certaindex=lambda p: self._on_certaindex(run, p))
 
-    def _update_certaindex(self, run: ProgramRun) -> None:
+    def _on_certaindex(self, run: ProgramRun, point: CertaindexPoint) -> None:
+        """After a certaindex point: refresh the scheduler's estimate (root programs) and emit the event."""
         prog = run.program
-        value = prog.update_certaindex()
-        if value is None:
-            return
-        if isinstance(value, dict):
-            signals, combined = value, (min(value.values()) if value else 0.0)
-        else:
-            signals, combined = {"certaindex": value}, value
-        for name, v in signals.items():
-            if not 0.0 <= v <= 1.0:
-                raise CertaindexRangeError(f"certaindex {name!r} returned {v}, outside [0, 1]",
-                                           program=prog.program_id, step=name)
-        knob, total = prog.knob_value, prog.tokens.total
-        prog.signals = signals
-        prog.trajectory.append(CertaindexPoint(knob, combined, signals, total))
         if run.parent is None:  # a sub-program shares its root's info: the root's estimate rules
             info = run.info
-            info.certaindex, info.knob_used, info.tokens = combined, knob, total
-            per_unit = total / (knob or 1)
+            info.certaindex, info.knob_used, info.tokens = point.value, point.knob, point.tokens
+            per_unit = point.tokens / (point.knob or 1)
             info.tokens_per_step = per_unit
             info.est_remaining_tokens = per_unit * remaining_steps(prog.policy, prog)
         if self.events.active:
-            self.events.emit("certaindex", prog.program_id, value=combined, signals=signals, knob=knob)
+            self.events.emit("certaindex", prog.program_id, value=point.value, signals=point.signals,
+                             knob=point.knob)
 
     async def _cleanup(self, run: ProgramRun) -> None:
         prog = run.program

@@ -1,5 +1,6 @@
-"""Trace replay: exact token accounting, seeded draw orders, real certaindex decisions, and the
-synchronous driver agreeing with the real Runtime over a ReplayBackend."""
+"""Trace replay: exact token accounting, seeded draw orders, real certaindex decisions, and
+run_replay (the runtime's own driving loop, without an event loop) agreeing with the real
+Runtime over a ReplayBackend."""
 
 from __future__ import annotations
 
@@ -143,20 +144,20 @@ def test_duplicate_idx_is_refused():
         Replayer([p, p], "sc")
 
 
-# ---- the driver is the runtime's loop ---------------------------------------------------
+# ---- replay runs the runtime's loop ----------------------------------------------------
 SC_POLICIES = [None, Even(3), Threshold(0.55, detect_at=4, every=4), Threshold(1.0, detect_at=2, every=1),
                ESC(window=3), AdaptiveConsistency(0.9), Pareto([(0.0, 8), (0.5, 4)], detect_at=3), Length(300)]
 
 
 @pytest.mark.parametrize("policy", SC_POLICIES, ids=lambda p: repr(p))
-def test_drive_matches_the_real_runtime_for_sc(policy):
+def test_run_replay_matches_the_real_runtime_for_sc(policy):
     problems = load_traces(DATA / "traces_tiny.jsonl")
     backend = ReplayBackend(problems)
     rt = Runtime(backend)
 
     async def real(prog):
         res = await rt.run(prog)
-        return res.exit_reason, res.tokens.as_dict(), res.answer, [(c.knob, c.value) for c in res.certaindex]
+        return res.exit_reason, res.tokens.as_dict(), res.answer, [(c.knob, c.value, c.tokens) for c in res.certaindex]
 
     for p in problems:
         order = sample_order(p, 5)
@@ -164,13 +165,13 @@ def test_drive_matches_the_real_runtime_for_sc(policy):
         reason = run_replay(fast, backend)
         got = asyncio.run(real(slow))
         assert got == (reason, fast.tokens.as_dict(), fast.answer(),
-                       [(c.knob, c.value) for c in fast.trajectory]), p.idx
+                       [(c.knob, c.value, c.tokens) for c in fast.trajectory]), p.idx
         assert slow.is_correct() == fast.is_correct()
 
 
 @pytest.mark.parametrize("k,interval,policy", [(2, 16, Threshold(1.0, detect_at=1, every=1)), (3, 32, None),
                                                (1, 48, Even(48)), (2, 32, Threshold(1.0, detect_at=64, every=1))])
-def test_drive_matches_the_real_runtime_for_cot(k, interval, policy):
+def test_run_replay_matches_the_real_runtime_for_cot(k, interval, policy):
     problems = load_traces(DATA / "traces_tiny.jsonl")
     backend = ReplayBackend(problems)
     rt = Runtime(backend)
@@ -181,7 +182,37 @@ def test_drive_matches_the_real_runtime_for_cot(k, interval, policy):
         reason = run_replay(fast, backend)
         res = asyncio.run(rt.run(slow))
         assert (res.exit_reason, res.tokens.as_dict(), res.answer) == (reason, fast.tokens.as_dict(), fast.answer())
+        assert res.certaindex == fast.trajectory and res.knob_used == fast.knob_value
         assert slow.is_correct() == fast.is_correct()
+
+
+def test_run_replay_checks_the_certaindex_range_as_the_runtime_does():
+    from certa.runtime.errors import CertaindexRangeError
+
+    class Overconfident(ReplaySC):
+        def update_certaindex(self):
+            return 1.5
+
+    p = problem([10, 20], ["18", "18"])
+    with pytest.raises(CertaindexRangeError, match="outside"):
+        run_replay(Overconfident(p, [0, 1], Even(2)))
+    res = asyncio.run(Runtime(ReplayBackend([p])).run(Overconfident(p, [0, 1], Even(2))))
+    assert res.error is not None and res.error.code == "CT202"
+
+
+def test_replay_has_no_loop_of_its_own(monkeypatch):
+    import certa.eval.replay as replay_mod
+    from certa.runtime import driver
+
+    seen = []
+
+    async def spy(program, ctx, **kw):
+        seen.append(type(ctx).__name__)
+        return await driver.drive(program, ctx, **kw)
+
+    monkeypatch.setattr(replay_mod, "drive", spy)
+    p = problem([10, 20, 30], ["18", "18", "7"])
+    assert run_replay(ReplaySC(p, [0, 1, 2], Even(2))) == "budget" and seen == ["ReplayContext"]
 
 
 def test_replayer_averages_orders_per_problem():

@@ -289,3 +289,95 @@ async def test_certaindex_informs_the_remaining_work_estimate():
     assert r.exit_reason == "certaindex" and r.knob_used == 4
     # agreeing answers: the estimate at knob 3 expects a stop at the detection step (1 more step), not the cap
     assert seen[3] == pytest.approx(1.0 * (r.tokens.total / 4) * 1, rel=0.01)
+
+
+# ---- one driving loop; a public API with no private arguments ------------------------------
+def test_public_runtime_methods_take_no_private_argument():
+    import inspect
+    for name, fn in inspect.getmembers(ct.Runtime, callable):
+        if name.startswith("_"):
+            continue
+        private = [p for p in inspect.signature(fn).parameters if p.startswith("_")]
+        assert not private, f"Runtime.{name} takes private {private}"
+
+
+async def test_any_input_name_reaches_the_program_and_subprograms_still_nest():
+    class Echo(ct.Program):
+        knob = ct.Knob("iterations", cap=1)
+
+        def __init__(self, _parent: str = "", parent: str = ""):
+            super().__init__()
+            self.state = {"answer": _parent + parent}
+
+        async def execute(self, ctx):
+            self.knob_used += 1
+            return False
+
+    class Outer(Echo):
+        async def execute(self, ctx):
+            self.state["child"] = (await ctx.call(Echo, _parent="x", parent="y")).program_id
+            return await super().execute(ctx)
+
+    rt = ct.Runtime()
+    assert (await rt.run(Echo, _parent="a", parent="b")).answer == "ab"  # once swallowed by run(_parent=)
+    r = await rt.run(Outer)
+    assert r.ok and r.state["child"].startswith(r.program_id + "/Echo-")
+
+
+async def test_runtime_drives_through_the_shared_loop_with_its_bookkeeping_as_the_hook(monkeypatch):
+    import certa.runtime.runtime as runtime_mod
+    from certa.runtime import driver
+
+    calls = []
+
+    async def spy(program, ctx, *, on_certaindex=None):
+        calls.append(program.program_id)
+        return await driver.drive(program, ctx, on_certaindex=on_certaindex)
+
+    monkeypatch.setattr(runtime_mod, "drive", spy)
+    rt = ct.Runtime(ct.ScriptedBackend(responses=["5"]))
+    events = []
+    rt.events.subscribe(lambda ev: events.append((ev.data["knob"], ev.data["value"])) if ev.kind == "certaindex" else None)
+    r = await rt.run(make_sc(cap=8, fanout=2, policy=ct.Threshold(0.9, detect_at=4)), question="q")
+    assert calls == [r.program_id] and r.exit_reason == "certaindex"
+    assert events == [(c.knob, c.value) for c in r.certaindex] and len(events) == 4
+
+
+def test_drive_hook_sees_each_point_before_the_policy_decides():
+    from certa.runtime.driver import drive, run_unsuspended
+
+    class Count(ct.Program):
+        knob = ct.Knob("iterations", cap=10)
+
+        async def execute(self, ctx):
+            self.knob_used += 1
+            return True
+
+        def update_certaindex(self):
+            return {"a": self.knob_used / 10, "b": 0.3}
+
+    seen = []
+    prog = Count()
+    prog.policy = ct.Threshold(0.3, detect_at=1, every=1)
+    assert run_unsuspended(drive(prog, None, on_certaindex=lambda p: seen.append((p.knob, p.value)))) == "certaindex"
+    assert seen == [(1, 0.1), (2, 0.2), (3, 0.3)] == [(c.knob, c.value) for c in prog.trajectory]
+    assert prog.signals == {"a": 0.3, "b": 0.3}
+    assert run_unsuspended(drive(Count(), None)) == "cap"  # no policy: the runtime-enforced cap
+
+
+def test_run_unsuspended_refuses_a_coroutine_that_suspends():
+    from certa.runtime.driver import run_unsuspended
+
+    async def sleeps():
+        await asyncio.sleep(0)
+
+    with pytest.raises(RuntimeError, match="suspended"):
+        run_unsuspended(sleeps())
+
+
+@pytest.mark.parametrize("module", ["certa.runtime.driver", "certa.runtime.runtime"])
+def test_runtime_docstring_examples_run(module):
+    import doctest
+    import importlib
+    result = doctest.testmod(importlib.import_module(module), optionflags=doctest.ELLIPSIS)
+    assert result.failed == 0 and result.attempted > 0

@@ -13,8 +13,9 @@ r"""Replay programs: recorded traces as Programs whose decisions come from the r
 
 Both are ordinary :class:`~certa.runtime.program.Program` subclasses: they run in the real
 :class:`~certa.runtime.Runtime` over a :class:`~certa.eval.replay_backend.ReplayBackend`,
-and :func:`drive` runs the same loop synchronously (no event loop, ~3x less CPU) for
-calibration sweeps; ``tests/test_replay.py`` checks that both give identical results. Any
+and :func:`run_replay` runs them through the same loop (:func:`certa.runtime.driver.drive`)
+without an event loop (~3x less CPU) for calibration sweeps; ``tests/test_replay.py`` checks
+that both give identical results. Any
 :class:`~certa.runtime.policy.Policy` decides: Threshold, Even, Length, Pareto, ESC,
 Adaptive-Consistency, ... Tokens are counted by kind exactly as the runtime counts them
 (main, probe decode, ``prompt`` = probe prefill; SC votes cost no model tokens).
@@ -25,7 +26,7 @@ Example:
     >>> p = parse_trace_line('{"idx": 0, "gold": "18", "samples": [' + ",".join(
     ...     '{"tokens": %d, "pred": "18", "correct": true}' % n for n in (100, 120, 140, 160)) + ']}')
     >>> prog = ReplaySC(p, [0, 1, 2, 3], Threshold(1.0, detect_at=2))
-    >>> drive(prog), prog.tokens.main, prog.answer(), prog.is_correct()
+    >>> run_replay(prog), prog.tokens.main, prog.answer(), prog.is_correct()
     ('certaindex', 220, '18', True)
 """
 
@@ -34,22 +35,23 @@ from __future__ import annotations
 import functools
 import itertools
 import random
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from certa.eval.replay_backend import ReplayBackend, ReplaySequence, replay_key
+from certa.runtime.driver import drive, run_unsuspended
 from certa.runtime.policy import Policy
 from certa.runtime.program import Program
 from certa.eval.traces import Sample, TraceProblem
-from certa.runtime.types import CertaindexPoint, GenRequest, GenResult, Knob, TokenKind
+from certa.runtime.types import GenRequest, GenResult, Knob, TokenKind
 
 from certa.algorithms.answers.clustering import majority
 from certa.algorithms.prompts import probe_text
 from certa.algorithms.signals.cot import ChainView, CoTSignal, ProbeAgreement
 from certa.algorithms.signals import ProbeObs, entropy_certainty
 
-__all__ = ["DirectContext", "ReplayCoT", "ReplaySC", "ReplayState", "drive", "sample_order"]
+__all__ = ["ReplayCoT", "ReplayContext", "ReplaySC", "ReplayState", "run_replay", "sample_order"]
 
 SAME = "math"  # answers are compared as sc_program and cot_program compare them
 
@@ -82,6 +84,10 @@ class ReplayState:
     correct: list[bool] = field(default_factory=list)
     probes: list[ProbeObs] = field(default_factory=list)
     finished: bool = False
+    # SC, per drawn sample (read by vote policies): tokens / decode budget, natural end, confidence
+    lengths: list[float] = field(default_factory=list)
+    complete: list[bool] = field(default_factory=list)
+    confidence: list[float | None] = field(default_factory=list)
 
 
 class ReplaySC(Program):
@@ -109,6 +115,10 @@ class ReplaySC(Program):
         sample = self.problem.samples[j]
         self.state.answers.append(sample.pred or "")
         self.state.correct.append(bool(sample.correct))
+        budget = (self.problem.model_extra or {}).get("max_tokens") or self._max_tokens
+        self.state.lengths.append(sample.tokens / budget)
+        self.state.complete.append(bool(sample.finished) and bool(sample.pred))
+        self.state.confidence.append((sample.model_extra or {}).get("min_window_logprob"))
         self.knob_used += 1
         return self.knob_used < len(self.order)
 
@@ -206,10 +216,11 @@ class ReplayCoT(Program):
         return ans is not None and self.grade(ans)
 
 
-# ---- synchronous driver --------------------------------------------------------------------
-class DirectContext:
-    """A replay program's ``ctx``: serves requests straight from a ReplayBackend (no scheduler,
-    no event loop) and counts tokens exactly as :class:`~certa.runtime.program_run.ProgramRun` does."""
+# ---- replay without an event loop ---------------------------------------------------------
+class ReplayContext:
+    """A replay program's ``ctx``: serves requests straight from a ReplayBackend, never suspends
+    (no scheduler, no event loop), and counts tokens exactly as
+    :class:`~certa.runtime.program_run.ProgramRun` does. :func:`run_replay` drives with it."""
 
     def __init__(self, backend: ReplayBackend, program: Program) -> None:
         self.backend, self.program = backend, program
@@ -229,12 +240,14 @@ class DirectContext:
     async def gen(self, prompt: str, *, max_tokens: int = 256, kind: TokenKind = "main", **_: Any) -> GenResult:
         return self._count(kind, self.backend.serve(self._req(prompt, max_tokens)))
 
-    async def sequence(self, prompt: str, *, max_tokens: int = 1024, **_: Any) -> "_DirectSequence":
-        return _DirectSequence(self, self.backend.open(self._req(prompt, max_tokens)))
+    async def sequence(self, prompt: str, *, max_tokens: int = 1024, **_: Any) -> "_CountedSequence":
+        return _CountedSequence(self, self.backend.open(self._req(prompt, max_tokens)))
 
 
-class _DirectSequence:
-    def __init__(self, ctx: DirectContext, seq: ReplaySequence) -> None:
+class _CountedSequence:
+    """A ReplaySequence whose chunks and probes a ReplayContext counts (ManagedSequence's role)."""
+
+    def __init__(self, ctx: ReplayContext, seq: ReplaySequence) -> None:
         self.ctx, self.seq = ctx, seq
 
     tokens = property(lambda self: self.seq.tokens)
@@ -248,42 +261,17 @@ class _DirectSequence:
         return self.ctx._count("probe", self.seq.probe_now(max_tokens))
 
 
-def _step(coro: Coroutine[Any, Any, Any]) -> Any:
-    """Run a coroutine that never suspends (replay steps under a DirectContext) to its value."""
-    try:
-        coro.send(None)
-    except StopIteration as stop:
-        return stop.value
-    coro.close()
-    raise RuntimeError("a replay step suspended; drive() needs programs that only await a DirectContext")
+def run_replay(program: Program, backend: ReplayBackend | None = None) -> str:
+    """Run ``program`` to its exit on a :class:`ReplayContext`, synchronously; returns the exit reason.
 
-
-def drive(program: Program, backend: ReplayBackend | None = None) -> str:
-    """Run ``program`` to its exit synchronously, as ``Runtime.run`` would; returns the exit reason.
-
-    The loop is the runtime's: runtime-enforced knob cap, ``execute``, certaindex update
-    (trajectory point with the knob and total tokens), ``policy.decide``.
+    The loop is the runtime's own, :func:`certa.runtime.driver.drive` (knob cap, ``execute``,
+    certaindex with range check and trajectory point, ``policy.decide``), run to completion
+    without an event loop: the context never suspends.
     """
     if backend is None:
         backend = ReplayBackend([program.problem])  # type: ignore[attr-defined]
     program.program_id = program.program_id or program.display_name
-    ctx, policy, cap = DirectContext(backend, program), program.policy, program.knob_cap
-    while True:
-        if not program.manages_cap and cap is not None and program.knob_value >= cap:
-            return "cap"
-        more = _step(program.execute(ctx))
-        value = program.update_certaindex()
-        if value is not None:
-            signals = value if isinstance(value, dict) else {"certaindex": value}
-            combined = min(signals.values()) if isinstance(value, dict) else value
-            program.signals = signals
-            program.trajectory.append(CertaindexPoint(program.knob_value, combined, signals, program.tokens.total))
-        if policy is not None:
-            decision = policy.decide(program)
-            if decision.stop:
-                return decision.reason
-        if not more:
-            return "cap" if program.hit_cap else "done"
+    return run_unsuspended(drive(program, ReplayContext(backend, program)))
 
 
 def probed(sample: Sample, interval: int | None = None) -> bool:

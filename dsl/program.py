@@ -31,8 +31,6 @@ if TYPE_CHECKING:  # pragma: no cover
 class GraphProgram(Program):
     """One run of a compiled graph. Create with ``compiled.new(**inputs)`` or let the Runtime do it."""
 
-    manages_cap = True
-
     def __init__(self, compiled: "CompiledGraph", inputs: dict[str, Any]) -> None:
         super().__init__()
         self.compiled = compiled
@@ -80,6 +78,11 @@ class GraphProgram(Program):
             self.knob_used += 1
         self._route(step)
         return bool(self._tasks)
+
+    def cap_reached(self) -> bool:
+        """Never between steps: the graph enforces its cap when launching (:meth:`_launch`), so
+        branches in flight and steps after the knob step still finish."""
+        return False
 
     def update_certaindex(self) -> dict[str, float] | None:
         signals = self.compiled.graph.signals

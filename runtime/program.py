@@ -43,7 +43,6 @@ class Program(abc.ABC):
     name: str = ""
     knob: Knob = Knob("iterations", cap=None)
     policy: "Policy | None" = None
-    manages_cap: bool = False  # True: the program enforces its knob cap itself (compiled graphs do)
 
     def __init__(self) -> None:
         self.program_id: str = ""
@@ -53,7 +52,7 @@ class Program(abc.ABC):
         self.trajectory: list[CertaindexPoint] = []
         self.signals: dict[str, float] = {}
         self.policy_marks: dict[str, Any] = {}  # per-run scratch space for policies
-        self.hit_cap = False  # set by programs that manage their cap when it stopped them
+        self.hit_cap = False  # set by a program whose own cap rule stopped it (see cap_reached)
 
     @property
     def display_name(self) -> str:
@@ -72,6 +71,16 @@ class Program(abc.ABC):
     def knob_value(self) -> int:
         """Knob units spent: ``knob_used``, or main decode tokens for a ``tokens`` knob."""
         return self.tokens.main if self.knob.unit == "tokens" else self.knob_used
+
+    def cap_reached(self) -> bool:
+        """Whether the knob cap is spent, asked before every step: the one owner of the cap rule.
+
+        Default: ``knob_value >= knob_cap``. A program that enforces its cap as it launches work
+        (compiled graphs: no branch starts past the cap, in-flight ones finish) overrides this
+        to return False and sets ``hit_cap`` when the cap stopped it.
+        """
+        cap = self.knob_cap
+        return cap is not None and self.knob_value >= cap
 
     @abc.abstractmethod
     async def execute(self, ctx: "Context") -> bool:

@@ -15,7 +15,8 @@ backends               ``certa.runtime.backends.registry.BACKENDS``
 scheduling policies    ``certa.runtime.scheduling.policies.POLICIES``
 stopping policies      ``certa.runtime.policy.POLICY_KINDS`` (runtime's) and
                        ``certa.algorithms.policies.STOPPING_POLICIES`` (all)
-certaindex signals     ``certa.algorithms.signals.SIGNALS``
+CoT certaindex         ``certa.algorithms.signals.COT_SIGNALS`` (the multi-path signals are
+signals                plain functions a program calls, never named in a config)
 =====================  ============================================================
 
 Example:
@@ -76,15 +77,15 @@ class Registry(Generic[T]):
                  install: str | None = None) -> None:
         """Add ``name``. ``target``: a factory, or ``"module:attr"`` imported on first use.
 
-        ``help`` defaults to the first line of the factory's docstring (give it explicitly for
-        lazy targets: listing names must not import them).
+        ``help`` defaults to the first paragraph of the factory's docstring, on one line (give
+        it explicitly for lazy targets: listing names must not import them).
         """
         if name in self._entries:
             raise ConfigError(f"{self.kind} {name!r} is registered twice")
         if isinstance(target, str) and ":" not in target:
             raise ConfigError(f"{self.kind} {name!r}: a lazy target is 'module:attr', got {target!r}")
         if not help and not isinstance(target, str):
-            help = (inspect.getdoc(target) or "").partition("\n")[0]
+            help = " ".join((inspect.getdoc(target) or "").split("\n\n")[0].split())
         self._entries[name] = Entry(name, target, help, install)
 
     # ---- lookup ---------------------------------------------------------------------

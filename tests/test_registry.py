@@ -12,13 +12,15 @@ import pytest
 
 from certa.algorithms.policies import STOPPING_POLICIES, policy_from_dict
 from certa.algorithms.programs.library import PROGRAMS
+from certa.algorithms.signals import COT_SIGNALS, signal_from_dict
 from certa.runtime.backends.registry import BACKENDS
 from certa.runtime.errors import ConfigError
 from certa.runtime.policy import POLICY_KINDS, Policy, Threshold
 from certa.runtime.registry import Registry
 from certa.runtime.scheduling.policies import POLICIES
 
-TABLES = {"programs": PROGRAMS, "backends": BACKENDS, "scheduling": POLICIES, "stopping": STOPPING_POLICIES}
+TABLES = {"programs": PROGRAMS, "backends": BACKENDS, "scheduling": POLICIES, "stopping": STOPPING_POLICIES,
+          "cot signals": COT_SIGNALS}
 
 
 def test_unknown_names_list_the_choices():
@@ -83,3 +85,16 @@ def test_listing_programs_imports_no_program():
             "print(sorted(m for m in sys.modules if m.startswith(('certa.dsl', 'certa.algorithms.programs.'))))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "['certa.algorithms.programs.library']"
+
+
+def test_cot_signal_kinds_resolve_without_importing_their_module_first():
+    """``committed`` lives in signals/text.py; the table names it, no import side effect needed."""
+    code = ("import sys\nfrom certa.algorithms.signals import signal_from_dict\n"
+            "assert 'certa.algorithms.signals.text' not in sys.modules\n"
+            "print(type(signal_from_dict({'kind': 'committed', 'confirm': 2})).__name__)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "Committed"
+    for kind in COT_SIGNALS:
+        if kind != "all":
+            assert COT_SIGNALS.get(kind).kind == kind
+            assert signal_from_dict(COT_SIGNALS.make(kind).to_dict()).kind == kind

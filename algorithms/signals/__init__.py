@@ -9,11 +9,12 @@ Example:
 
 from certa.algorithms.signals.multipath import (HESITATION_WORDS, ProbeObs, all_of, entropy_certainty,
     has_hesitation, probe_consistency, reward_certainty)
-from certa.algorithms.signals.cot import (AllOf, ChainView, CoTSignal, Confident, Grounded,
+from certa.algorithms.signals.cot import (COT_SIGNALS, AllOf, ChainView, CoTSignal, Confident, Grounded,
     MAIN_TEXT_HESITATION, ProbeAgreement, Progress, Settled, answer_probability, signal_from_dict)
 
 __all__ = [
-    'AllOf', 'ChainView', 'CoTSignal', 'Confident', 'Grounded', 'HESITATION_WORDS', 'MAIN_TEXT_HESITATION',
+    'AllOf', 'COT_SIGNALS', 'ChainView', 'CoTSignal', 'Confident', 'Grounded', 'HESITATION_WORDS',
+    'MAIN_TEXT_HESITATION',
     'ProbeAgreement', 'ProbeObs', 'Progress', 'Settled', 'all_of', 'answer_probability', 'entropy_certainty',
     'has_hesitation', 'probe_consistency', 'reward_certainty', 'signal_from_dict',
 ]

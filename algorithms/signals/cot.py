@@ -44,11 +44,12 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
 from certa.runtime.errors import ConfigError
+from certa.runtime.registry import Registry
 
 from certa.algorithms.signals.multipath import HESITATION_WORDS, ProbeObs, has_hesitation, probe_consistency
 
-__all__ = ["AllOf", "ChainView", "Confident", "CoTSignal", "Grounded", "MAIN_TEXT_HESITATION", "ProbeAgreement",
-           "Progress", "Settled", "answer_probability", "signal_from_dict"]
+__all__ = ["AllOf", "COT_SIGNALS", "ChainView", "Confident", "CoTSignal", "Grounded", "MAIN_TEXT_HESITATION",
+           "ProbeAgreement", "Progress", "Settled", "answer_probability", "signal_from_dict"]
 
 MAIN_TEXT_HESITATION: tuple[str, ...] = ("wait", "hmm", "hold on", "actually", "mistake", "re-evaluate",
                                          "reconsider", "recheck", "double-check", "let me check", "let's check")
@@ -291,7 +292,12 @@ class AllOf(CoTSignal):
         return {"kind": self.kind, "parts": [p.to_dict() for p in self.parts]}
 
 
-_KINDS: dict[str, type[CoTSignal]] = {c.kind: c for c in (ProbeAgreement, Grounded, Confident, Progress, Settled)}
+COT_SIGNALS: Registry[CoTSignal] = Registry("CoT signal kind")
+"""Every CoT signal by ``kind`` (what ``to_dict`` writes); :func:`signal_from_dict` rebuilds from it."""
+for _cls in (ProbeAgreement, Grounded, Confident, Progress, Settled, AllOf):
+    COT_SIGNALS.register(_cls.kind, _cls)  # help: the class docstring's first paragraph
+COT_SIGNALS.register("committed", "certa.algorithms.signals.text:Committed",
+                     help="the chain's text has committed to its answer (a text probe: no decode tokens)")
 
 
 def signal_from_dict(spec: dict[str, Any]) -> CoTSignal:
@@ -301,9 +307,8 @@ def signal_from_dict(spec: dict[str, Any]) -> CoTSignal:
     kind, args = spec["kind"], {k: v for k, v in spec.items() if k != "kind"}
     if kind == AllOf.kind:
         return AllOf(*(signal_from_dict(p) for p in args.get("parts", [])))
-    if kind not in _KINDS:
-        raise ConfigError(f"unknown CoT signal kind {kind!r}", hint=f"one of {', '.join([*_KINDS, AllOf.kind])}")
+    cls = COT_SIGNALS.get(kind)
     try:
-        return _KINDS[kind](**args)
+        return cls(**args)
     except TypeError as exc:
         raise ConfigError(f"bad {kind} signal spec {spec!r}: {exc}") from None

@@ -44,7 +44,7 @@ from certa.runtime.errors import ConfigError
 
 from certa.algorithms.answers.equivalence import math_equal
 from certa.algorithms.answers.extract import NUMERIC_DATASETS, canonical_dataset
-from certa.algorithms.signals.cot import ChainView, CoTSignal, _KINDS
+from certa.algorithms.signals.cot import ChainView, CoTSignal
 
 __all__ = ["Committed", "DOUBT_WORDS", "Statement", "asked_quantity", "committed_answer", "statements"]
 
@@ -297,6 +297,3 @@ class Committed(CoTSignal):
         if len(view.text) - run[0].end < self.survive:
             return 0.0
         return float(_fits(last.value, self.dataset, self.question))
-
-
-_KINDS[Committed.kind] = Committed  # signal_from_dict rebuilds it

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from certa.runtime.errors import CertaError
 
-__all__ = ["ALL_ERRORS", "CompileError", "InvalidGraphError", "MissingCertaindexError", "UnboundedFanoutError",
+__all__ = ["ALL_ERRORS", "CompileError", "ConflictingUpdateError", "InvalidGraphError", "MissingCertaindexError", "UnboundedFanoutError",
            "UnboundedLoopError", "UnknownStateKeyError", "UnknownStepError", "UnreachableStepError"]
 
 
@@ -54,8 +54,15 @@ class InvalidGraphError(CompileError):
     code, name = "CT107", "invalid-graph"
 
 
+class ConflictingUpdateError(CertaError):
+    """At run time: two branches of one fan-out wrote the same state field, which has no reducer
+    (the later write would silently replace the earlier; LangGraph raises ``InvalidUpdateError``)."""
+
+    code, name = "CT108", "conflicting-update"
+
+
 ALL_ERRORS: tuple[type[CertaError], ...] = (
     CompileError, UnknownStepError, UnreachableStepError, UnboundedLoopError, UnboundedFanoutError,
-    MissingCertaindexError, UnknownStateKeyError, InvalidGraphError,
+    MissingCertaindexError, UnknownStateKeyError, InvalidGraphError, ConflictingUpdateError,
 )
 """The DSL's error classes (``docs/errors.md`` lists every code)."""

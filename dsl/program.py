@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 
 from certa.runtime.context import Context
-from certa.dsl.errors import UnknownStepError
+from certa.dsl.errors import ConflictingUpdateError, UnknownStepError
 from certa.runtime.errors import CertaError, ConfigError, LimitExceededError, StepFailedError
 from certa.runtime.program import Program
 
@@ -48,6 +48,9 @@ class GraphProgram(Program):
         self._tasks: dict[asyncio.Task, tuple[str, int]] = {}
         self._done: asyncio.Queue = asyncio.Queue()
         self._branch_ids = itertools.count()
+        self._fanouts = itertools.count()
+        self._lanes: dict[int, tuple[int, int]] = {}  # branch -> (fan-out, lane) for branches of a fan-out
+        self._writers: dict[tuple[int, str], int] = {}  # (fan-out, field without reducer) -> the lane that wrote it
         self._started = False
         self._ctx: Context | None = None
 
@@ -72,12 +75,31 @@ class GraphProgram(Program):
             if not isinstance(update, dict):
                 raise StepFailedError(f"step returned {type(update).__name__}; expected a dict of state updates or None",
                                       program=self.program_id, step=step, branch=branch)
+            self._check_conflicts(step, branch, update)
             apply_update(self.state, update, self.compiled.reducers, program=self.program_id, step=step, branch=branch)
         self.history.append((step, branch))
         if step == self.compiled.knob_step:
             self.knob_used += 1
-        self._route(step)
+        self._route(step, branch)
+        self._lanes.pop(branch, None)
         return bool(self._tasks)
+
+    def _check_conflicts(self, step: str, branch: int, update: dict[str, Any]) -> None:
+        """Two lanes of one fan-out may not both write a field that has no reducer (CT108)."""
+        lane = self._lanes.get(branch)
+        if lane is None:
+            return
+        fanout, index = lane
+        fields, reducers = type(self.state).model_fields, self.compiled.reducers
+        for key in update:
+            if key in reducers or key not in fields:
+                continue
+            first = self._writers.setdefault((fanout, key), index)
+            if first != index:
+                raise ConflictingUpdateError(
+                    f"branches {first} and {index} of one fan-out both write {key!r}, which has no reducer",
+                    program=self.program_id, step=step, branch=branch,
+                    hint=f"annotate {key!r} with a reducer (e.g. ct.Appended[...]) or write it from one branch")
 
     def cap_reached(self) -> bool:
         """Never between steps: the graph enforces its cap when launching (:meth:`_launch`), so
@@ -105,16 +127,12 @@ class GraphProgram(Program):
     def draw(self):
         return self.compiled.draw()
 
-    @property
-    def inflight_branches(self) -> list[tuple[str, int]]:
-        return list(self._tasks.values())
-
     # ---- scheduling of branches -----------------------------------------------------
-    def _route(self, step: str) -> None:
+    def _route(self, step: str, branch: int) -> None:
         g = self.compiled.graph
         for src, dst in g.edges:
             if src == step and dst != END:
-                self._enter(dst, step)
+                self._enter(dst, step, branch)
         for b in g.branches:
             if b.source != step:
                 continue
@@ -126,24 +144,25 @@ class GraphProgram(Program):
                 if bound is not None and sends > bound:
                     raise LimitExceededError(f"router returned {sends} Sends, over {what}={bound}",
                                              program=self.program_id, step=step)
-            for x in items:
+            fanout = next(self._fanouts) if sends > 1 else None  # several Sends: one fan-out
+            for i, x in enumerate(items):
                 if x is None or x == END:
                     continue
                 if isinstance(x, Send):
                     self._check_step(x.step, step)
-                    self._launch(g.steps[x.step], x.payload)
+                    self._launch(g.steps[x.step], x.payload, None if fanout is None else (fanout, i))
                 else:
                     self._check_step(x, step)
-                    self._enter(x, step)
+                    self._enter(x, step, branch)
 
     def _check_step(self, name: str, source: str) -> None:
         if name not in self.compiled.graph.steps:
             raise UnknownStepError(f"router after {source!r} returned unknown step {name!r}",
                                    program=self.program_id, step=source)
 
-    def _enter(self, name: str, source: str | None) -> None:
+    def _enter(self, name: str, source: str | None, parent: int | None = None) -> None:
         spec = self.compiled.graph.steps[name]
-        if source == name:  # a loop continues its own lane: one new branch per finished branch
+        if source == name:  # a loop continues its own lane (in its fan-out): one new branch per finished branch
             n = 1
         else:
             n = spec.fanout(self.state) if callable(spec.fanout) else spec.fanout
@@ -153,10 +172,15 @@ class GraphProgram(Program):
         limit = self._ctx.max_fanout if self._ctx else None
         if limit is not None and n > limit:
             raise LimitExceededError(f"fanout {n} over the runtime limit {limit}", program=self.program_id, step=name)
-        for _ in range(n):
-            self._launch(spec, None)
+        if source == name:
+            self._launch(spec, None, self._lanes.get(parent) if parent is not None else None)
+            return
+        fanout = next(self._fanouts) if n > 1 else None
+        for i in range(n):
+            self._launch(spec, None, None if fanout is None else (fanout, i))
 
-    def _launch(self, spec: StepSpec, payload: Any) -> None:
+    def _launch(self, spec: StepSpec, payload: Any, lane: tuple[int, int] | None = None) -> None:
+        """Start one branch of ``spec``; ``lane``: its (fan-out, lane) when it is one of several."""
         if spec.name == self.compiled.knob_step and self.knob.cap is not None:
             spent = self.tokens.main if self.knob.unit == "tokens" else self.launches[spec.name]
             if spent >= self.knob.cap:
@@ -170,6 +194,8 @@ class GraphProgram(Program):
         ctx = self._ctx.child(spec.name, branch, payload)
         task = asyncio.ensure_future(self._run_step(spec, ctx))
         self._tasks[task] = (spec.name, branch)
+        if lane is not None:
+            self._lanes[branch] = lane
 
     async def _run_step(self, spec: StepSpec, ctx: Context) -> None:
         ctx.emit("step_start")

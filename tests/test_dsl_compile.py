@@ -246,6 +246,71 @@ def test_duplicate_step_is_invalid():
         g.step(name="a")(lambda s: {})
 
 
+# ---- run-time: concurrent writes to a field without a reducer (CT108) ----------------
+class W(ct.State):
+    question: str = ""
+    answers: ct.Appended[list[str]] = []
+    last: str = ""  # no reducer
+
+
+def run(compiled, **inputs):
+    return ct.Runtime(ct.ScriptedBackend(responses=lambda r: f"b{r.branch}")).run_sync(compiled, **inputs)
+
+
+def test_ct108_fanout_branches_writing_a_field_without_reducer():
+    g = ct.Graph(W, name="w")
+
+    @g.step(fanout=3)
+    async def sample(s, ctx):
+        out = await ctx.gen(s.question)
+        return {"answers": [out.text], "last": out.text}
+
+    r = run(g.compile(), question="q")
+    assert r.error is not None and r.error.code == "CT108" and r.error.step == "sample", r
+    assert "'last'" in str(r.error) and "reducer" in str(r.error)
+
+
+def test_ct108_send_fanout_and_loop_lanes():
+    g = ct.Graph(W, knob=ct.Knob("branches", cap=4), name="w")
+
+    @g.step
+    def plan(s):
+        return {}
+
+    @g.step
+    async def work(s, ctx):
+        return {"last": str(ctx.payload)}
+
+    g.branch("plan", lambda s: [ct.Send("work", i) for i in range(2)], destinations=["work"], max_fanout=2)
+    r = run(g.compile())
+    assert r.error is not None and r.error.code == "CT108" and r.error.step == "work"
+
+
+def test_one_lane_may_overwrite_its_own_field_and_reducers_merge():
+    g = ct.Graph(W, knob=ct.Knob("iterations", cap=3), name="w")
+
+    @g.step
+    async def think(s, ctx):  # one lane, looping: each write follows the last
+        return {"last": f"step{len(s.answers)}", "answers": ["x"]}
+
+    g.loop("think")
+    r = run(g.compile())
+    assert r.ok and r.state.last == "step2" and r.state.answers == ["x"] * 3
+    g2 = ct.Graph(W, knob=ct.Knob("branches", cap=4), name="w2")
+
+    @g2.step(fanout=2)
+    async def sample(s, ctx):  # two lanes: each writes the reducer field only
+        return {"answers": [(await ctx.gen("q")).text]}
+
+    @g2.step
+    def pick(s):  # after the fan-out: one branch per finished lane, each its own
+        return {"last": s.answers[-1]}
+
+    g2.edge("sample", "pick")
+    r2 = run(g2.compile())
+    assert r2.ok and len(r2.state.answers) == 2 and r2.state.last in ("b0", "b1")
+
+
 def test_every_error_code_is_documented():
     import pathlib
     doc = (pathlib.Path(__file__).parent.parent / "docs" / "errors.md").read_text()

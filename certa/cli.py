@@ -46,14 +46,26 @@ def registry_epilog(*tables: tuple[str, Registry]) -> str:
                         for title, table in tables)
 
 
+def backend_options(backend: str, model: Optional[str], url: Optional[str]) -> dict[str, Any]:
+    """``--model`` and ``--url`` as backend constructor options (every backend names them alike).
+
+    ``--model`` goes to the engines that load one (llamacpp, sglang); ``--url`` (comma-separated
+    for several) to the HTTP backends as ``base_url``.
+    """
+    opts: dict[str, Any] = {}
+    if model and backend in ("llamacpp", "sglang"):
+        opts["model"] = model
+    if url:
+        opts["base_url"] = url.split(",") if "," in url else url
+    return opts
+
+
 def make_runtime(backend: str, model: Optional[str], scheduler: str = "fcfs", **opts: Any):
     """Build a Runtime for a CLI backend name (``auto`` picks llama.cpp on CPU, SGLang on GPU)."""
     from certa.runtime import Runtime, Scheduler
     if backend == "auto":
         backend = _auto_backend()
-    kwargs: dict[str, Any] = dict(opts)
-    if model and backend in ("llamacpp", "sglang"):
-        kwargs["model" if backend == "llamacpp" else "model_path"] = model
+    kwargs: dict[str, Any] = {**opts, **backend_options(backend, model, None)}
     sched = None
     if scheduler != "fcfs":
         from certa.runtime.scheduling.policies import make_policy
@@ -197,10 +209,7 @@ def _run(target, dataset, idx, limit, backend, model, url, policy, scheduler, co
             raise ConfigError(f"{target} is not a compiled graph; --policy needs one")
         program = program.with_policy(pol)
     problems = load_dataset(dataset, idx=idx, limit=limit)
-    opts: dict[str, Any] = {}
-    if url:
-        opts["urls" if backend == "sglang-http" else "base_url"] = url.split(",") if "," in url else url
-    runtime = make_runtime(backend, model, scheduler, **opts)
+    runtime = make_runtime(backend, model, scheduler, **backend_options(backend, None, url))
     jr = Journal(journal, resume=resume) if journal else None
     console.print(f"running [bold]{target}[/bold] on {len(problems)} {dataset} problems with backend "
                   f"[bold]{type(runtime.backend).__name__}[/bold]")

@@ -83,15 +83,11 @@ def serve(
 
 def _build_server(programs: List[str], backend: str, model: Optional[str], url: Optional[str],
                   backend_opts: List[str], scheduler: str, **limits: Any):
-    from certa.cli import _auto_backend
+    from certa.cli import _auto_backend, backend_options
     from certa.serve import Server
     if backend == "auto":
         backend = _auto_backend()
-    opts: dict[str, Any] = _parse_opts(backend_opts)
-    if model and backend in ("llamacpp", "sglang"):
-        opts["model" if backend == "llamacpp" else "model_path"] = model
-    if url:
-        opts["urls" if backend == "sglang-http" else "base_url"] = url.split(",") if "," in url else url
+    opts: dict[str, Any] = {**_parse_opts(backend_opts), **backend_options(backend, model, url)}
     specs = {_name(p): p for p in programs}
     try:
         return Server(specs, backend, scheduler=scheduler, **limits, **opts)

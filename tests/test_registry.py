@@ -98,3 +98,20 @@ def test_cot_signal_kinds_resolve_without_importing_their_module_first():
         if kind != "all":
             assert COT_SIGNALS.get(kind).kind == kind
             assert signal_from_dict(COT_SIGNALS.make(kind).to_dict()).kind == kind
+
+
+def test_cli_model_and_url_options_map_to_the_same_constructor_names_for_every_backend():
+    import inspect
+
+    from certa.cli import backend_options
+    assert backend_options("sglang-http", None, "http://a:1,http://b:2") == {"base_url": ["http://a:1", "http://b:2"]}
+    assert backend_options("openai", "ignored", "http://a:1") == {"base_url": "http://a:1"}
+    assert backend_options("sglang", "/models/qwen", None) == backend_options("llamacpp", "/models/qwen", None) \
+        == {"model": "/models/qwen"}
+    for name in BACKENDS:
+        try:
+            params = inspect.signature(BACKENDS.get(name)).parameters
+        except ConfigError:  # the engine's extra is not installed here
+            continue
+        wanted = {"llamacpp": {"model"}, "sglang": {"model"}, "openai": {"base_url"}, "sglang-http": {"base_url"}}
+        assert wanted.get(name, set()) <= set(params), (name, params)

@@ -4,8 +4,10 @@ Requests stream (SSE), so ``abort(rid)`` or cancelling the awaiting task closes 
 at once; servers stop decoding when the client disconnects. Token counts come from the
 streamed ``usage`` (``stream_options.include_usage``) when the server sends it, otherwise
 from the streamed chunks (prompt tokens are then estimated at ~4 bytes a token). Several
-worker URLs are routed by program (rendezvous hash of ``program_id``) so a program's
-branches, chunks and probes share one server's prefix cache. Sequences are the generic
+worker URLs (``urls=``) are routed by program (rendezvous hash of ``program_id``, with
+health checks and failover: :mod:`certa.runtime.backends.worker_pool`) so a program's
+branches, chunks and probes share one server's prefix cache; every request also carries
+``X-SMG-Routing-Key: <program>`` for a gateway in front. Sequences are the generic
 :class:`~certa.runtime.backends.base.ChunkedSequence` (no native rollback over HTTP).
 
 Only configured hosts are ever contacted (see :mod:`.http_common`). Needs ``httpx``
@@ -13,7 +15,7 @@ Only configured hosts are ever contacted (see :mod:`.http_common`). Needs ``http
 
 Example (routing and URLs need no server):
     >>> from certa.runtime.types import GenRequest
-    >>> b = OpenAIBackend(["http://127.0.0.1:8001", "http://127.0.0.1:8002"], model="m")
+    >>> b = OpenAIBackend(urls=["http://127.0.0.1:8001", "http://127.0.0.1:8002"], model="m")
     >>> b.api_base(b.workers[0])
     'http://127.0.0.1:8001/v1'
     >>> first = b.route(GenRequest(prompt="", program_id="p1", rid="p1-s0-b0"))
@@ -22,7 +24,7 @@ Example (routing and URLs need no server):
 
 Generating (needs a server, so not run as a doctest)::
 
-    backend = OpenAIBackend("http://127.0.0.1:8000", api_key=None)
+    backend = OpenAIBackend(base_url="http://127.0.0.1:8000", api_key=None)
     out = await backend.generate(GenRequest(prompt="2+2=", max_tokens=4, rid="p1-s0-b0",
                                             program_id="p1"))
     out.text, out.tokens, out.finish_reason
@@ -326,7 +328,11 @@ class OpenAIBackend(Backend):
         inner.result()
         if st.finish == "abort":  # the server dropped it (preempted, evicted, invalid): not ours
             raise self._abort_error(st, req)
+        self._check_complete(st, req, live.worker)
         return st, False
+
+    def _check_complete(self, st: StreamState, req: GenRequest, worker: str) -> None:
+        """Raise when a stream ended without its request finishing (subclasses that can tell)."""
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.ensure_future(coro)

@@ -58,8 +58,9 @@ class FakeHTTPServer:
         self._tasks: set[asyncio.Task] = set()
         self.url = ""
 
-    async def start(self) -> "FakeHTTPServer":
-        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+    async def start(self, port: int = 0) -> "FakeHTTPServer":
+        """Listen on 127.0.0.1:``port`` (0: an ephemeral port); a closed server may start again."""
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", port, reuse_address=True)
         port = self._server.sockets[0].getsockname()[1]
         self.url = f"http://127.0.0.1:{port}"
         return self

@@ -44,9 +44,13 @@ class FakeSGLangServer:
     def url(self) -> str:
         return self.http.url
 
-    async def start(self) -> "FakeSGLangServer":
-        await self.http.start()
+    async def start(self, port: int = 0) -> "FakeSGLangServer":
+        await self.http.start(port)
         return self
+
+    @property
+    def port(self) -> int:
+        return int(self.url.rsplit(":", 1)[1])
 
     async def close(self) -> None:
         """Stop serving at once (in-flight streams are cut, as when the process dies)."""

@@ -1,10 +1,15 @@
 """SGLangHTTPBackend: SGLang servers through their native ``/generate`` and ``/abort_request``.
 
-Every request carries certa's ``rid`` and an integer SGLang ``priority`` as top-level
-fields (not inside ``sampling_params``). Aborts go to ``/abort_request`` with the EXACT rid
-(SGLang's public path ignores unknown rids, so prefix aborts are never relied on); the
-stream is closed at the same time. Many workers are routed by program (rendezvous hash of
-``program_id``): a program's branches, chunks and probes share one radix cache.
+Every request carries certa's ``rid`` (made prefix-free: SGLang's scheduler aborts every rid
+that STARTS WITH the aborted one, see :func:`~certa.runtime.backends.http_common.wire_rid`)
+and an integer SGLang ``priority`` as top-level fields (not inside ``sampling_params``), plus
+the ``X-SMG-Routing-Key: <program>`` header SGLang Model Gateway routes by. Aborts close the
+stream and go to ``/abort_request`` (with ``admin_api_key`` when the server has one; a
+refused abort is logged and counted in :meth:`SGLangHTTPBackend.metrics`). Several worker
+URLs (``urls=``) are routed by program with health checks and failover
+(:mod:`certa.runtime.backends.worker_pool`): a program's branches, chunks and probes share
+one radix cache. Seeds are honoured by SGLang only with ``--enable-deterministic-inference``
+(``server_deterministic=True``); otherwise a seeded, sampled request warns once.
 
 Priority: certa's ``GenRequest.priority`` is lower = more urgent; SGLang's default is higher
 = first, so the value sent is ``-round(priority * priority_scale)``; servers started with
@@ -15,7 +20,7 @@ at the server, released most urgent first. Server flags: ``docs/backends.md``.
 
 Example (needs a server, so not run as a doctest)::
 
-    backend = SGLangHTTPBackend(["http://10.0.0.5:30000", "http://10.0.0.6:30000"],
+    backend = SGLangHTTPBackend(urls=["http://10.0.0.5:30000", "http://10.0.0.6:30000"],
                                 allowed_hosts=["10.0.0.5", "10.0.0.6"])
     out = await backend.generate(GenRequest(prompt="2+2=", rid="p1-s0-b0", program_id="p1",
                                             priority=3.0))   # sent as priority=-3
@@ -31,8 +36,9 @@ import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+from certa.runtime.errors import BackendError
 from certa.runtime.types import Capabilities, GenRequest
-from certa.runtime.backends.http_common import StreamState, server_message, wire_rid
+from certa.runtime.backends.http_common import StreamState, server_message, where, wire_rid
 from certa.runtime.backends.openai_http import OpenAIBackend, Parser
 from certa.runtime.backends.sglang.protocol import SeedNotice, abort_error, parse_native, sglang_priority
 
@@ -152,6 +158,8 @@ class SGLangHTTPBackend(OpenAIBackend):
         self._seeds = SeedNotice(server_deterministic, type(self).__name__)
         self.aborts_sent = 0
         self.abort_failures = 0
+        self.aborts_unsupported = 0
+        self._no_abort_route: set[str] = set()
         cap = max_in_flight if max_in_flight is not None else (None if server_priority else 8)
         self.gates = {w: PriorityGate(cap) for w in self.workers} if cap is not None else {}
         self.capabilities = Capabilities(score=True, logprobs=True, priority=True, prefix_sharing=True,
@@ -168,7 +176,8 @@ class SGLangHTTPBackend(OpenAIBackend):
 
     def metrics(self) -> dict[str, int]:
         """The routing counters plus ``aborts_sent`` and ``abort_failures``."""
-        return {**super().metrics(), "aborts_sent": self.aborts_sent, "abort_failures": self.abort_failures}
+        return {**super().metrics(), "aborts_sent": self.aborts_sent, "abort_failures": self.abort_failures,
+                "aborts_unsupported": self.aborts_unsupported}
 
     def priority_of(self, req: Any) -> int | None:
         """The SGLang priority sent for ``req`` (None when the server does not order by it)."""
@@ -185,6 +194,13 @@ class SGLangHTTPBackend(OpenAIBackend):
 
     def _abort_error(self, st: StreamState, req: GenRequest) -> Exception:
         return abort_error(st, req)
+
+    def _check_complete(self, st: StreamState, req: GenRequest, worker: str) -> None:
+        """SGLang's last event always carries a finish reason: a stream that ends without one was
+        cut (a gateway ends the stream cleanly when the worker behind it dies)."""
+        if st.finish is None:
+            raise BackendError(f"the stream from {worker} ended before request {req.rid!r} finished "
+                               "(the worker went away?)", retryable=True, **where(req))
 
     async def _request(self, req: GenRequest, worker: str, top: int) -> tuple[str, dict, Parser]:
         self._seeds.check(req)
@@ -227,7 +243,13 @@ class SGLangHTTPBackend(OpenAIBackend):
         except (httpx.HTTPError, OSError) as exc:
             self._abort_failed(worker, rid, f"{type(exc).__name__}: {exc}")
             return
-        if not 200 <= resp.status_code < 300:
+        if resp.status_code == 404:  # no such route (SGLang Model Gateway): closing the stream aborts
+            self.aborts_unsupported += 1
+            if worker not in self._no_abort_route:
+                self._no_abort_route.add(worker)
+                log.info("%s has no /abort_request (a gateway?): aborts rely on closing the stream, which "
+                         "the worker notices as a client disconnect", worker)
+        elif not 200 <= resp.status_code < 300:
             hint = " (the server runs --admin-api-key: pass admin_api_key=)" if resp.status_code in (401, 403) else ""
             self._abort_failed(worker, rid, f"HTTP {resp.status_code}: {server_message(resp.content)}{hint}")
 

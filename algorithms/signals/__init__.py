@@ -18,3 +18,5 @@ __all__ = [
     'ProbeAgreement', 'ProbeObs', 'Progress', 'Settled', 'all_of', 'answer_probability', 'entropy_certainty',
     'has_hesitation', 'probe_consistency', 'reward_certainty', 'signal_from_dict',
 ]
+from certa.algorithms.signals.votes import VoteView, sample_confidence, vote_certainty, vote_view, vote_weights  # noqa: E402
+__all__ += ['VoteView', 'sample_confidence', 'vote_certainty', 'vote_view', 'vote_weights']

@@ -1,0 +1,107 @@
+r"""Weighted-vote stopping for Self-Consistency, and the shipped default SC policy.
+
+:class:`VoteStop` stops when the vote certaindex of
+:func:`~certa.algorithms.signals.votes.vote_certainty` — the Beta probability that the
+majority answer beats the heaviest other answer, votes weighted by validity, length and (where
+recorded) token confidence — reaches ``tau``. It reads the SC answers protocol
+(``state.answers``) plus the optional aligned lists ``state.lengths`` (tokens / decode
+budget), ``state.complete`` (ended naturally) and ``state.confidence`` (lowest-window mean
+logprob); ``sc_program`` and the SC replay keep all of them. With ``length_weight=0`` and
+no ``complete``/``confidence`` lists it is exactly Adaptive-Consistency.
+
+:data:`SC_DEFAULT` is the policy ``sc_program()`` uses when given none, chosen by
+leave-one-dataset-out over the dev trace sets (``benchmarks/sc_default.py``,
+``docs/results/sc_default.json``; how, in ``docs/algorithms.md``).
+
+Example:
+    >>> from types import SimpleNamespace as NS
+    >>> prog = NS(state=NS(answers=["18", "18", "18"], lengths=[0.3, 0.3, 0.4],
+    ...                    complete=[True, True, True]), knob_value=3, policy_marks={})
+    >>> VoteStop(0.9).decide(prog)
+    Decision(stop=True, reason='certaindex')
+    >>> sc_default_policy().to_dict() == SC_DEFAULT
+    True
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import TYPE_CHECKING, Any
+
+from certa.runtime.errors import ConfigError
+from certa.runtime.policy import CONTINUE, Decision, Policy
+
+from certa.algorithms.answers.clustering import Same, cluster
+from certa.algorithms.policies.stopping import ESC, AdaptiveConsistency
+from certa.algorithms.signals.votes import VoteView, beta_half, leader_weights, vote_view, vote_weights
+
+if TYPE_CHECKING:  # pragma: no cover
+    from certa.runtime.program import Program
+
+__all__ = ["SC_DEFAULT", "SC_PEERS", "VoteStop", "sc_default_policy"]
+
+SC_DEFAULT: dict[str, Any] = {"kind": "vote", "tau": 0.75, "length_weight": 0.75, "confidence_floor": None,
+                              "min_samples": 2, "same": "math"}
+"""The shipped SC stopping policy (``policy_from_dict`` form); see ``docs/results/sc_default.json``."""
+
+SC_PEERS: dict[str, dict[str, Any]] = {"esc": ESC(window=4).to_dict(),
+                                       "adaptive-consistency": AdaptiveConsistency(0.9).to_dict()}
+"""ESC's and Adaptive-Consistency's fixed parameters chosen by the same rule on the same dev sets."""
+
+
+@functools.lru_cache(maxsize=65536)
+def _clusters(answers: tuple, same: str) -> tuple[tuple[int, ...], ...]:
+    return tuple(tuple(c) for c in cluster(list(answers), same))
+
+
+class VoteStop(Policy):
+    """Stop when the weighted-vote certaindex reaches ``tau`` (checked after every sample).
+
+    Args:
+        tau: threshold on P(leader's share > runner-up's), in (0, 1).
+        length_weight: a sample's weight is ``1 - length_weight * tokens / budget``.
+        confidence_floor: samples whose lowest-window mean logprob is below this get weight 0
+            (``None``: confidence unused).
+        min_samples: never stop before this many samples.
+        same: answer equivalence (``"math"`` as ``sc_program`` votes).
+    """
+
+    kind = "vote"
+
+    def __init__(self, tau: float = 0.9, length_weight: float = 0.0, confidence_floor: float | None = None,
+                 min_samples: int = 1, same: Same = "math") -> None:
+        if not 0.0 < tau < 1.0:
+            raise ConfigError(f"vote tau must be in (0, 1), got {tau}")
+        if not 0.0 <= length_weight <= 1.0:
+            raise ConfigError(f"vote length_weight must be in [0, 1], got {length_weight}")
+        if min_samples < 1:
+            raise ConfigError(f"min_samples must be >= 1, got {min_samples}")
+        self.tau, self.length_weight, self.confidence_floor = float(tau), float(length_weight), confidence_floor
+        self.min_samples, self.same = min_samples, same
+
+    def certainty(self, view: VoteView) -> float:
+        """The vote certaindex of ``view`` under this policy's weights."""
+        w = vote_weights(view, length_weight=self.length_weight, confidence_floor=self.confidence_floor)
+        clusters = _clusters(tuple(view.answers), self.same) if isinstance(self.same, str) else \
+            cluster(list(view.answers), self.same)
+        w1, w2 = leader_weights(view, clusters, w)
+        return beta_half(w2 + 1.0, w1 + 1.0) if w1 > 0 else 0.0
+
+    def decide(self, program: Program) -> Decision:
+        view = vote_view(program.state)
+        if len(view.answers) < self.min_samples or not view.answers:
+            return CONTINUE
+        return Decision(True, "certaindex") if self.certainty(view) >= self.tau else CONTINUE
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "tau": self.tau, "length_weight": self.length_weight,
+                "confidence_floor": self.confidence_floor, "min_samples": self.min_samples,
+                "same": self.same if isinstance(self.same, str) else "custom"}
+
+    def __repr__(self) -> str:
+        return f"VoteStop(tau={self.tau}, length_weight={self.length_weight})"
+
+
+def sc_default_policy() -> VoteStop:
+    """A fresh instance of the shipped SC default (:data:`SC_DEFAULT`)."""
+    return VoteStop(**{k: v for k, v in SC_DEFAULT.items() if k != "kind"})

@@ -36,15 +36,16 @@ def _suggest(name: str, options: list[str]) -> str | None:
 
 @dataclass(frozen=True)
 class CompiledGraph:
-    """A validated graph + policy. ``new(**inputs)`` makes a runnable :class:`GraphProgram`."""
+    """A validated graph + policy. ``new(**inputs)`` makes a runnable :class:`GraphProgram`.
+
+    ``graph`` is a sealed snapshot (:meth:`Graph.snapshot`) of the graph ``compile()`` validated.
+    """
 
     graph: Graph
     policy: Policy | None
     name: str
     knob_step: str | None
-    successors: dict[str, tuple[str, ...]]
     reducers: dict[str, Any]
-    nx_graph: Any
 
     def new(self, **inputs: Any):
         from certa.dsl.program import GraphProgram
@@ -67,7 +68,7 @@ class CompiledGraph:
         return self.graph.knob
 
 
-def _step_graph(g: Graph) -> tuple[nx.DiGraph, dict[str, tuple[str, ...]]]:
+def _step_graph(g: Graph) -> nx.DiGraph:
     names = list(g.steps)
     dg = nx.DiGraph()
     dg.add_nodes_from([START, END, *names])
@@ -92,8 +93,7 @@ def _step_graph(g: Graph) -> tuple[nx.DiGraph, dict[str, tuple[str, ...]]]:
     for n in names:
         if dg.out_degree(n) == 0:
             dg.add_edge(n, END)
-    succ = {n: tuple(s for s in dg.successors(n)) for n in names}
-    return dg, succ
+    return dg
 
 
 def _knob_step(g: Graph, dg: nx.DiGraph) -> str | None:
@@ -142,7 +142,8 @@ def compile_graph(g: Graph, policy: Policy | None, *, name: str | None = None) -
     if g.entry_step is not None and g.entry_step not in g.steps:
         raise UnknownStepError(f"entry step {g.entry_step!r} does not exist", program=g.name, step=g.entry_step,
                                hint=_suggest(g.entry_step, list(g.steps)))
-    dg, succ = _step_graph(g)
+    g = g.snapshot()  # validate and run one frozen copy: later edits to the Graph change neither
+    dg = _step_graph(g)
     reachable = nx.descendants(dg, START)
     for n in g.steps:
         if n not in reachable:
@@ -182,4 +183,4 @@ def compile_graph(g: Graph, policy: Policy | None, *, name: str | None = None) -
                 raise MissingCertaindexError(f"policy thresholds signal {sig!r}, which the graph lacks",
                                              program=g.name, step=sig, hint=f"signals: {sorted(names)}")
     _check_writes(g)
-    return CompiledGraph(g, policy, name or g.name, knob_step, succ, reducers_of(g.state), dg)
+    return CompiledGraph(g, policy, name or g.name, knob_step, reducers_of(g.state))

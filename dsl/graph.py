@@ -20,6 +20,7 @@ Example (Self-Consistency in a few lines; runs on the scripted fake backend):
 """
 
 
+import dataclasses
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -56,7 +57,6 @@ class StepSpec:
     knob: bool = False
     writes: tuple[str, ...] | None = None
     max_visits: int | None = None
-    doc: str = ""
 
 
 @dataclass(slots=True)
@@ -95,12 +95,25 @@ class Graph:
     signals: list[SignalSpec] = field(default_factory=list)
     entry_step: str | None = None
     answer_fn: Callable[[Any], Any] | None = None
+    sealed: bool = field(default=False, repr=False, compare=False)  # a compiled snapshot: read-only
 
     def __post_init__(self) -> None:
         if not (isinstance(self.state, type) and issubclass(self.state, BaseModel)):
             raise InvalidGraphError(f"Graph state must be a pydantic model class (subclass certa.State), got {self.state!r}",
                                     program=self.name or None)
         self.name = self.name or self.state.__name__.lower()
+
+    def _open(self, what: str) -> None:
+        if self.sealed:
+            raise InvalidGraphError(f"cannot {what}: this is the read-only snapshot a CompiledGraph runs",
+                                    program=self.name, hint="change the original Graph and compile it again")
+
+    def snapshot(self) -> "Graph":
+        """A sealed copy: what ``compile()`` validated is what runs, whatever is added to ``self`` later."""
+        return Graph(self.state, dataclasses.replace(self.knob), self.name,
+                     {n: dataclasses.replace(s) for n, s in self.steps.items()}, list(self.edges),
+                     [dataclasses.replace(b) for b in self.branches], list(self.signals), self.entry_step,
+                     self.answer_fn, sealed=True)
 
     # ---- steps ----------------------------------------------------------------------
     @overload
@@ -117,6 +130,8 @@ class Graph:
         ``fanout=n`` launches n parallel branches each time the step is entered;
         ``knob=True`` marks the step whose launches the knob counts.
         """
+        self._open("add a step")
+
         def register(f: Callable[..., Any]) -> Callable[..., Any]:
             step_name = name or f.__name__
             if step_name in self.steps or step_name in (START, END):
@@ -128,7 +143,7 @@ class Graph:
                 raise InvalidGraphError("a step takes (state) or (state, ctx)", program=self.name, step=step_name)
             self.steps[step_name] = StepSpec(step_name, f, inspect.iscoroutinefunction(f), len(params) == 2, fanout,
                                              max_fanout, knob, tuple(writes) if writes is not None else None,
-                                             max_visits, inspect.getdoc(f) or "")
+                                             max_visits)
             if entry:
                 self.entry_step = step_name
             return f
@@ -137,6 +152,7 @@ class Graph:
     # ---- edges ----------------------------------------------------------------------
     def edge(self, source: str, dest: str) -> "Graph":
         """Always go from ``source`` to ``dest`` when a ``source`` branch finishes."""
+        self._open("add an edge")
         self.edges.append((source, dest))
         return self
 
@@ -157,6 +173,7 @@ class Graph:
         router's ``Literal[...]`` return hint; a router that returns ``Send``s needs ``max_fanout``
         unless its targets are bounded by the knob cap.
         """
+        self._open("add a branch")
         from certa.dsl.hints import router_destinations
         dests, sends = router_destinations(router)
         if destinations is not None:
@@ -166,12 +183,15 @@ class Graph:
 
     def entry(self, step: str) -> "Graph":
         """The step the program starts with (default: the first step declared)."""
+        self._open("set the entry step")
         self.entry_step = step
         return self
 
     # ---- signals and answer ---------------------------------------------------------
     def certaindex(self, fn: Callable[[Any], float] | None = None, /, *, name: str | None = None):
         """Declare a certaindex ``(state) -> float in [0, 1]``. Several compose with AND."""
+        self._open("add a certaindex")
+
         def register(f: Callable[[Any], float]) -> Callable[[Any], float]:
             self.signals.append(SignalSpec(name or f.__name__, f))
             return f
@@ -179,6 +199,7 @@ class Graph:
 
     def answer(self, fn: Callable[[Any], Any]) -> Callable[[Any], Any]:
         """Declare how the final answer is read from the state."""
+        self._open("set the answer")
         self.answer_fn = fn
         return fn
 
@@ -187,7 +208,8 @@ class Graph:
         """Validate the graph and lower it to a program factory (:class:`CompiledGraph`).
 
         Raises a :class:`certa.dsl.errors.CompileError` subclass naming the step on any
-        structural problem (codes CT101–CT107, see docs/errors.md).
+        structural problem (codes CT101–CT107, see docs/errors.md). The compiled program runs a
+        sealed snapshot of this graph: steps or edges added afterwards do not change it.
         """
         from certa.dsl.compiler import compile_graph
         return compile_graph(self, policy, name=name)

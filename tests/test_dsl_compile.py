@@ -246,6 +246,31 @@ def test_duplicate_step_is_invalid():
         g.step(name="a")(lambda s: {})
 
 
+def test_compile_freezes_the_graph():
+    g = graph(knob=ct.Knob("iterations", cap=2))
+
+    @g.step
+    def a(s):
+        return {"answers": ["a"]}
+
+    g.loop("a")
+    c = g.compile()
+
+    @g.step
+    def b(s):  # added after compile: the compiled program must not run it
+        return {"answers": ["b"]}
+
+    g.edge("a", "b")
+    g.knob.cap = 5
+    r = ct.Runtime(ct.ScriptedBackend(responses=["x"])).run_sync(c)
+    assert r.ok and r.state.answers == ["a", "a"], r.state.answers
+    assert list(c.graph.steps) == ["a"] and c.graph.edges == [("a", "a")] and c.knob.cap == 2
+    with pytest.raises(E.InvalidGraphError) as e:
+        c.graph.edge("a", "a")
+    assert e.value.code == "CT107" and "compile it again" in str(e.value)
+    assert g.compile().graph.edges == [("a", "a"), ("a", "b")]  # the Graph itself stays editable
+
+
 # ---- run-time: concurrent writes to a field without a reducer (CT108) ----------------
 class W(ct.State):
     question: str = ""

@@ -1,11 +1,15 @@
-"""Self-Consistency: entropy certaindex, detection-step threshold, majority vote, aborts (scripted fake backend)."""
+"""Self-Consistency: entropy certaindex, detection-step threshold, majority vote, aborts, the shipped
+weighted-vote default (scripted fake backend)."""
 
 from __future__ import annotations
 
 import certa as ct
 from certa.algorithms.policies import ESC
+from certa.algorithms.policies.votes import SC_DEFAULT, VoteStop
 from certa.algorithms.programs.self_consistency import sc_program
 from certa.algorithms.signals import entropy_certainty
+
+PAPER = dict(detect_at=4, every=4)  # the paper's rule, sc_program's default before the vote default
 
 
 def by_branch(answers: dict[int, str], default: str):
@@ -15,7 +19,8 @@ def by_branch(answers: dict[int, str], default: str):
 
 async def test_exits_at_the_detection_step_when_certaindex_passes():
     b = ct.ScriptedBackend(responses=by_branch({3: "9"}, "7"))  # 3 of 4 agree: certaindex 0.594
-    r = await ct.Runtime(b).run(sc_program(branches_per_round=4, cap=16), question="q")
+    r = await ct.Runtime(b).run(sc_program(branches_per_round=4, cap=16, policy=ct.Threshold(0.55, **PAPER)),
+                                question="q")
     assert r.ok, r.error
     assert (r.exit_reason, r.knob_used, r.answer) == ("certaindex", 4, "7")
     assert r.certaindex[-1].value > 0.55
@@ -44,7 +49,8 @@ async def test_disagreeing_answers_run_to_the_cap():
 async def test_math_equivalent_answers_cluster_together():
     forms = {0: "0.5", 1: "\\frac{1}{2}", 2: "1/2", 3: "0.50"}
     b = ct.ScriptedBackend(responses=lambda req: f"\\boxed{{{forms[req.branch % 4]}}}")
-    r = await ct.Runtime(b).run(sc_program(branches_per_round=4, cap=8), question="q")
+    r = await ct.Runtime(b).run(sc_program(branches_per_round=4, cap=8, policy=ct.Threshold(0.55, **PAPER)),
+                                question="q")
     assert r.exit_reason == "certaindex" and r.knob_used == 4 and r.certaindex[-1].value == 1.0
 
 
@@ -67,3 +73,26 @@ async def test_esc_policy_reads_the_answers_protocol():
     b = ct.ScriptedBackend(responses=by_branch({0: "1"}, "5"))
     r = await ct.Runtime(b).run(sc_program(branches_per_round=3, cap=12, policy=ESC(window=3)), question="q")
     assert (r.exit_reason, r.knob_used) == ("esc", 6), "window 1 holds the odd answer; window 2 agrees"
+
+
+def test_the_default_policy_is_the_shipped_vote_rule():
+    policy = sc_program().policy
+    assert isinstance(policy, VoteStop) and policy.to_dict() == SC_DEFAULT
+
+
+async def test_default_stops_once_two_short_complete_branches_agree():
+    b = ct.ScriptedBackend(responses=by_branch({}, "7"))
+    r = await ct.Runtime(b).run(sc_program(branches_per_round=1, cap=16, max_tokens=512), question="q")
+    assert (r.exit_reason, r.knob_used, r.answer) == ("certaindex", 2, "7"), "one vote never stops it"
+    assert r.state.complete == [True, True] and all(0 < x < 0.05 for x in r.state.lengths)
+    assert r.state.confidence == [None, None], "no logprobs asked for: confidence unknown"
+
+
+async def test_default_gives_truncated_and_empty_branches_no_vote():
+    # branch 0 answers 3 but is cut at the budget, branch 1 has no extractable answer: neither counts
+    long = "\\boxed{3} " + "word " * 600
+    text = {0: long, 1: "no answer here"}
+    b = ct.ScriptedBackend(responses=lambda req: text.get(req.branch, "So \\boxed{7}."))
+    r = await ct.Runtime(b).run(sc_program(branches_per_round=1, cap=16, max_tokens=512), question="q")
+    assert r.state.answers[:2] == ["3", ""] and r.state.complete == [False, False, True, True]
+    assert (r.exit_reason, r.knob_used, r.answer) == ("certaindex", 4, "7")

@@ -4,10 +4,15 @@ Branches sample full solutions in parallel (``branches_per_round`` lanes, each l
 a new branch as soon as its last one finishes); the knob counts finished branches up to
 ``cap``. Certaindex is the normalized semantic entropy of the answer clusters (answers
 compared with ``math_equal``); the answer is the majority vote. The state's ``answers``
-list is the protocol that ESC, Adaptive-Consistency and margin policies read.
+list is the protocol that ESC, Adaptive-Consistency and margin policies read; ``lengths``
+(tokens / ``max_tokens``), ``complete`` (ended naturally with an extracted answer) and
+``confidence`` (lowest-window mean token logprob, when the backend returns logprobs) sit
+beside it, one entry per branch, for the vote policies.
 
-Default policy: ``Threshold(0.55, detect_at=branches_per_round, every=branches_per_round)``
-— check after every round; 0.55 passes when 3 of 4 (or 6 of 8) answers agree.
+Default policy: :func:`~certa.algorithms.policies.votes.sc_default_policy` — the weighted-vote
+certaindex (:mod:`~certa.algorithms.signals.votes`) checked after every finished branch,
+chosen by leave-one-dataset-out on the dev traces (``docs/algorithms.md``). The paper's rule,
+``Threshold(0.55, detect_at=4, every=4)``, is one ``policy=`` away.
 
 Example:
     >>> import certa as ct
@@ -15,20 +20,22 @@ Example:
     >>> b = ct.ScriptedBackend(responses=["... so \\boxed{18}."])
     >>> r = ct.Runtime(b).run_sync(prog, question="What is 9 * 2?")
     >>> r.answer, r.exit_reason, r.knob_used
-    ('18', 'certaindex', 4)
+    ('18', 'certaindex', 2)
 """
 
 from __future__ import annotations
 
 from certa.dsl import Appended, CompiledGraph, Graph, State
 from certa.runtime.errors import ConfigError
-from certa.runtime.policy import Policy, Threshold
+from certa.runtime.policy import Policy
 from certa.runtime.types import Knob
 
 from certa.algorithms.answers import extract_answer
 from certa.algorithms.answers.clustering import majority
 from certa.algorithms.prompts import prompt
+from certa.algorithms.policies.votes import sc_default_policy
 from certa.algorithms.signals import entropy_certainty
+from certa.algorithms.signals.votes import sample_confidence
 
 __all__ = ["SCState", "sc_program"]
 
@@ -39,6 +46,9 @@ class SCState(State):
     question: str
     seed: int = 0  # base seed: branch i samples with seed * 100_000 + i
     answers: Appended[list[str]] = []
+    lengths: Appended[list[float]] = []  # per branch: tokens / max_tokens
+    complete: Appended[list[bool]] = []  # per branch: natural stop and an extracted answer
+    confidence: Appended[list[float | None]] = []  # per branch: lowest-window mean logprob, if known
 
 
 def sc_program(branches_per_round: int = 4, cap: int = 16, policy: Policy | None = None, *,
@@ -49,7 +59,7 @@ def sc_program(branches_per_round: int = 4, cap: int = 16, policy: Policy | None
     Args:
         branches_per_round: parallel branches (lanes); also the default detection step.
         cap: the most branches ever sampled (the knob cap).
-        policy: stopping policy; ``None`` gives the default threshold described above.
+        policy: stopping policy; ``None`` gives the shipped default described above.
         temperature, max_tokens: sampling for each branch (branch ``i`` uses seed ``seed * 100_000 + i``).
         dataset: how answers are extracted (``gsm8k``, ``math``, ...).
         template: prompt template name or Jinja2 source with a ``question`` variable.
@@ -57,7 +67,7 @@ def sc_program(branches_per_round: int = 4, cap: int = 16, policy: Policy | None
     if branches_per_round < 1 or cap < 1:
         raise ConfigError(f"sc needs branches_per_round >= 1 and cap >= 1, got {branches_per_round}, {cap}")
     if policy is None:
-        policy = Threshold(0.55, detect_at=min(branches_per_round, cap), every=branches_per_round)
+        policy = sc_default_policy()
     g = Graph(SCState, knob=Knob("branches", cap=cap), name=name)
 
     @g.step(fanout=min(branches_per_round, cap))
@@ -65,7 +75,10 @@ def sc_program(branches_per_round: int = 4, cap: int = 16, policy: Policy | None
         """One full solution; keep only its extracted answer."""
         out = await ctx.gen(prompt(template, question=s.question), max_tokens=max_tokens,
                             temperature=temperature, seed=s.seed * 100_000 + ctx.branch, chat=chat)
-        return {"answers": [extract_answer(out.text, dataset) or ""]}
+        answer = extract_answer(out.text, dataset) or ""
+        conf = sample_confidence(out.token_logprobs).get("min_window_logprob") if out.token_logprobs else None
+        return {"answers": [answer], "lengths": [out.tokens / max_tokens],
+                "complete": [out.finish_reason == "stop" and bool(answer)], "confidence": [conf]}
 
     @g.certaindex
     def agreement(s: SCState) -> float:

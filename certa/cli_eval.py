@@ -127,15 +127,28 @@ def bench_tokens(
     png: Optional[str] = typer.Option(None, help="also plot accuracy vs tokens here (needs matplotlib)"),
     cal_fraction: float = typer.Option(0.5, help="share of problems used for calibration (the rest is held out)"),
     seed: int = typer.Option(0, help="seed of the split, the SC draw orders and the bootstrap"),
-    orders: int = typer.Option(1, help="SC: seeded draw orders replayed per problem"),
+    orders: Optional[int] = typer.Option(None, help="SC: seeded draw orders replayed per problem (default 20)"),
     dataset: Optional[str] = typer.Option(None, help="grading rules and reserved-split guard"),
     reps: int = typer.Option(1000, help="bootstrap resamples"),
+    policy: Optional[list[str]] = typer.Option(None, "--policy", help="SC: score this fixed policy file on the "
+                                               "whole trace file, no calibration (repeatable)"),
+    preset: Optional[list[str]] = typer.Option(None, "--preset", help="SC: score a shipped policy by name "
+                                               "(sc-default, esc, adaptive-consistency, certa-threshold; repeatable)"),
+    final: bool = typer.Option(False, "--final", help="with --policy/--preset: allow reserved rows; the figures "
+                                                      "are then a final report"),
     debug: bool = typer.Option(False, help="show full tracebacks"),
 ) -> None:
-    """Token-vs-accuracy curves and iso-accuracy savings of every method on the held-out split.
+    """Token-vs-accuracy curves and iso-accuracy savings of every method on the held-out split;
+    with --policy/--preset (SC), fixed policies scored on the whole file beside the baselines.
 
     Example: certa bench tokens --program sc --traces t.jsonl --json sc.json --png sc.png
+    Example: certa bench tokens --program sc --traces t.jsonl --preset sc-default --policy p.json --json f.json
     """
+    orders = orders if orders is not None else 20 if program == "sc" else 1
+    if policy or preset or final:
+        _bench_fixed(program, traces, json_out, png, policy or [], preset or [], final, seed=seed, orders=orders,
+                     dataset=dataset, reps=reps, debug=debug)
+        return
     try:
         from certa.eval.bench_tokens import bench_tokens as run_bench, plot
         report = run_bench(_load(traces), _program(program), cal_fraction=cal_fraction, seed=seed, orders=orders,
@@ -162,6 +175,40 @@ def bench_tokens(
     t = report["targets"]
     typer.echo(f"target <= {t['token_ratio']}x within {100 * t['accuracy_drop']:.1f} pt: "
               f"{'met by ' + ', '.join(t['met_by']) if t['met'] else 'not met'}")
+    typer.echo(f"wrote {json_out}" + (f" and {png}" if png else ""))
+
+
+def _bench_fixed(program: str, traces: str, json_out: str, png: Optional[str], files: list[str], presets: list[str],
+                 final: bool, **kw: Any) -> None:
+    """``certa bench tokens --policy/--preset``: fixed SC policies on the whole file (no calibration)."""
+    debug = kw.pop("debug")
+    try:
+        if _program(program) != "sc":
+            raise ConfigError("--policy/--preset/--final score fixed SC policies", hint="use --program sc")
+        if not files and not presets:
+            raise ConfigError("--final scores fixed policies only", hint="add --policy FILE or --preset NAME")
+        from certa.eval.bench_fixed import bench_fixed, load_policy, plot_fixed, preset
+        chosen = {name: preset(name) for name in presets}
+        chosen |= {Path(f).stem if Path(f).stem not in chosen else f: load_policy(f) for f in files}
+        report = bench_fixed(_load(traces), chosen, final=final, **kw)
+        report["traces"] = str(traces)
+        _write_json(json_out, report)
+        if png:
+            try:
+                plot_fixed(report, png)
+            except ImportError as exc:
+                raise ConfigError(f"--png needs matplotlib: {exc}", hint="pip install 'certa[plot]'") from None
+    except (CertaError, OSError) as exc:
+        _fail(exc, debug)
+    if final:
+        typer.echo("FINAL REPORT: fixed policies on every row of the file, reserved rows allowed; nothing was tuned here")
+    typer.echo(f"sc (fixed policies, no calibration): {report['problems']} problems x {report['samples_per_problem']} "
+               f"samples, {report['orders']} draw orders ({', '.join(report['models'])})")
+    for name, m in report["methods"].items():
+        typer.echo(f"  {name:22s} acc {m['accuracy']:.3f} ({100 * m['accuracy_delta']:+5.1f} pt "
+                   f"{_pt(m['ci95']['accuracy_delta'])})  tokens {m['tokens']:9.1f}  "
+                   f"x{m['token_ratio']:.3f} {_x(m['ci95']['token_ratio'])}  iso x{_f(m['iso_token_ratio'])}  "
+                   f"{m.get('label', '')}")
     typer.echo(f"wrote {json_out}" + (f" and {png}" if png else ""))
 
 

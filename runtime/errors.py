@@ -91,8 +91,8 @@ class LimitExceededError(RuntimeFailure):
     code, name = "CT205", "limit-exceeded"
 
 
-class ConfigError(CertaError):
-    """A configuration, policy file, trace file or CLI option is invalid."""
+class ConfigError(CertaError, ValueError):
+    """A configuration, policy file, trace file or CLI option is invalid (also a ``ValueError``)."""
 
     code, name = "CT300", "config-error"
 

@@ -17,6 +17,7 @@ import abc
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from certa.runtime.errors import ConfigError
 from certa.runtime.registry import Registry
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -30,6 +31,16 @@ class Decision:
 
 
 CONTINUE = Decision(False)
+
+
+def _count(v: Any) -> bool:
+    """A whole number >= 1 (not a bool)."""
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 1
+
+
+def _unit(v: Any) -> bool:
+    """A number in [0, 1] (not a bool)."""
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and 0.0 <= v <= 1.0
 
 
 class Policy(abc.ABC):
@@ -62,7 +73,6 @@ class Policy(abc.ABC):
         :data:`POLICY_KINDS` (threshold, even, length); every built-in kind is in
         ``certa.algorithms.policies.STOPPING_POLICIES`` (``policy_from_dict`` there uses it).
         """
-        from certa.runtime.errors import ConfigError
         kind = data.get("kind")
         cls = (POLICY_KINDS if kinds is None else kinds).get(kind)
         args = {k: v for k, v in data.items() if k != "kind"}
@@ -99,10 +109,11 @@ class Threshold(Policy):
     def __init__(self, tau: float | dict[str, float], detect_at: int = 1, every: int | None = None,
                  min_samples: int = 1) -> None:
         taus = tau.values() if isinstance(tau, dict) else [tau]
-        if not all(0.0 <= t <= 1.0 for t in taus):
-            raise ValueError(f"threshold tau must be in [0, 1], got {tau}")
-        if detect_at < 1 or (every is not None and every < 1) or min_samples < 1:
-            raise ValueError("detect_at, every and min_samples must be >= 1")
+        if not taus or not all(_unit(t) for t in taus):
+            raise ConfigError(f"threshold tau must be in [0, 1], got {tau}")
+        if not (_count(detect_at) and (every is None or _count(every)) and _count(min_samples)):
+            raise ConfigError(f"Threshold detect_at, every and min_samples must be >= 1, got {detect_at}, {every}, "
+                              f"{min_samples}")
         self.tau, self.detect_at, self.every, self.min_samples = tau, detect_at, every, min_samples
 
     def passes(self, program: "Program") -> bool:
@@ -158,8 +169,8 @@ class Even(Policy):
     kind = "even"
 
     def __init__(self, cap: int) -> None:
-        if cap < 1:
-            raise ValueError("Even cap must be >= 1")
+        if not _count(cap):
+            raise ConfigError(f"Even cap must be >= 1, got {cap!r}")
         self.cap = cap
 
     def budget_cap(self, program: "Program") -> int | None:
@@ -181,8 +192,8 @@ class Length(Policy):
     kind = "length"
 
     def __init__(self, max_tokens: int) -> None:
-        if max_tokens < 1:
-            raise ValueError("Length max_tokens must be >= 1")
+        if not _count(max_tokens):
+            raise ConfigError(f"Length max_tokens must be >= 1, got {max_tokens!r}")
         self.max_tokens = max_tokens
 
     def decide(self, program: "Program") -> Decision:

@@ -16,6 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from certa.runtime.errors import ConfigError
+
 TokenKind = Literal["main", "probe", "score"]
 KnobUnit = Literal["branches", "iterations", "tokens"]
 FinishReason = Literal["stop", "length", "abort", "error"]
@@ -144,9 +146,9 @@ class Knob:
 
     def __post_init__(self) -> None:
         if self.unit not in ("branches", "iterations", "tokens"):
-            raise ValueError(f"knob unit must be branches, iterations or tokens, not {self.unit!r}")
-        if self.cap is not None and self.cap < 1:
-            raise ValueError(f"knob cap must be >= 1, not {self.cap}")
+            raise ConfigError(f"knob unit must be branches, iterations or tokens, not {self.unit!r}")
+        if self.cap is not None and (isinstance(self.cap, bool) or not isinstance(self.cap, int) or self.cap < 1):
+            raise ConfigError(f"knob cap must be >= 1, not {self.cap}")
 
 
 @dataclass(slots=True)

@@ -42,6 +42,26 @@ def stops(policy, prog) -> bool:
     return policy.decide(prog).stop
 
 
+@pytest.mark.parametrize("make, match", [
+    (lambda: ct.Threshold(1.5), "tau must be in"),
+    (lambda: ct.Threshold({"a": -0.1}), "tau must be in"),
+    (lambda: ct.Threshold("high"), "tau must be in"),
+    (lambda: ct.Threshold(0.5, detect_at=0), "detect_at"),
+    (lambda: ct.Threshold(0.5, every=0), "detect_at, every"),
+    (lambda: ct.Threshold(0.5, min_samples=2.5), "min_samples"),
+    (lambda: ct.Even(0), "Even cap"),
+    (lambda: ct.Even("8"), "Even cap"),
+    (lambda: ct.Length(0), "Length max_tokens"),
+    (lambda: ct.Knob("furlongs"), "knob unit"),
+    (lambda: ct.Knob("branches", cap=0), "knob cap"),
+    (lambda: ct.Knob("branches", cap=2.5), "knob cap"),
+])
+def test_bad_policy_and_knob_arguments_are_coded_config_errors(make, match):
+    with pytest.raises(ConfigError, match=match) as e:
+        make()
+    assert e.value.code == "CT300" and isinstance(e.value, ValueError)
+
+
 def test_beta_rule_closed_form_matches_numeric_integration():
     def numeric(v1, v2, n=20_000):
         f = lambda x: x ** v1 * (1 - x) ** v2  # density of p1 (p2 = 1 - p1)

@@ -162,3 +162,33 @@ def test_levels_filter_math500_problems(tmp_path):
     res = CliRunner().invoke(app, ["traces", "collect", "--dataset", "gsm8k", "--idx", "0:2", "--levels", "1",
                                    "--backend", "scripted", "--out", str(tmp_path / "g.jsonl")])
     assert res.exit_code == 2 and "no 'level' field" in res.output
+
+
+class _ConfidentScripted(ScriptedBackend):
+    """The scripted fake with token logprobs: every token -0.1 except two -2.0 near the end."""
+
+    def __init__(self, **kw):
+        super().__init__(**kw)
+        self.capabilities.logprobs = True
+
+    async def generate(self, req):
+        out = await super().generate(req)
+        assert req.logprobs, "the collector asks for logprobs when the engine has them"
+        out.token_logprobs = [-0.1] * (out.tokens - 3) + [-2.0, -2.0, -0.1]
+        return out
+
+
+def test_per_sample_confidence_is_recorded_where_the_engine_gives_logprobs(tmp_path):
+    make = lambda: _ConfidentScripted(responses=lambda req: TEXT.format(ans=4),  # noqa: E731
+                                      probe=lambda text, suffix: "4} \\]")
+    cfg = CollectConfig(samples=3, probe_samples=1, interval=16, logprob_window=4)
+    asyncio.run(collect_traces(problems(1), tmp_path / "c.jsonl", make, cfg))
+    p = load_traces(tmp_path / "c.jsonl")[0]
+    n = p.samples[1].tokens
+    for s in p.samples[1:]:  # plain samples: one logprob per token
+        assert s.model_extra["mean_logprob"] == pytest.approx(round((-0.1 * (n - 2) - 4.0) / n, 4))
+        assert s.model_extra["min_window_logprob"] == pytest.approx(round((-4.0 - 0.2) / 4, 4))
+    assert "mean_logprob" not in p.samples[0].model_extra, "the fake's sequences give no logprobs: none recorded"
+    assert p.model_extra["logprob_window"] == 4
+    asyncio.run(collect_traces(problems(1), tmp_path / "plain.jsonl", scripted(), cfg))
+    assert all("mean_logprob" not in s.model_extra for s in load_traces(tmp_path / "plain.jsonl")[0].samples)

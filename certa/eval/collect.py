@@ -12,7 +12,10 @@ llama.cpp decoding is not bit-reproducible across batch shapes).
 Each finished problem is one trace line (the DESIGN.md format, plus ``dataset``, sampling
 settings and per sample ``seed``/``finish_reason``, per probe its continuation ``text``,
 decode ``tokens``, ``prompt_tokens``, ``chars`` (length of the chain's text when probed) and,
-where the engine gives them, ``logprobs`` of the greedy probe tokens), written and fsynced before the next problem
+where the engine gives them, ``logprobs`` of the greedy probe tokens; and, where the engine gives
+token logprobs (``capabilities.logprobs``), per sample its ``mean_logprob`` and
+``min_window_logprob``, the lowest mean over ``logprob_window`` consecutive tokens: DeepConf's
+confidence, read by the SC vote policies), written and fsynced before the next problem
 starts. :class:`TraceFile` makes a rerun continue a killed one: it cuts a torn last line and
 skips every idx already in the file, so nothing is lost or duplicated. Reserved splits
 (GSM8K idx >= 800, MATH-500 idx >= 300) are refused.
@@ -51,6 +54,7 @@ from certa.algorithms.answers import extract_answer, extract_probe_answer
 from certa.eval.datasets import RESERVED_FROM, Problem
 from certa.algorithms.answers.equivalence import grade
 from certa.algorithms.prompts import probe_text, prompt
+from certa.algorithms.signals.votes import sample_confidence
 
 __all__ = ["CollectConfig", "CollectReport", "TraceFile", "collect_problem", "collect_traces"]
 
@@ -68,10 +72,11 @@ class CollectConfig:
     top_p: float = 1.0
     probe_tokens: int = 20
     family: str = "default"  # probe template family
+    logprob_window: int = 32  # tokens per window of a sample's min_window_logprob
 
     def __post_init__(self) -> None:
-        if self.samples < 1 or self.interval < 1 or self.max_tokens < 1 or self.probe_tokens < 1:
-            raise ConfigError("samples, probe interval, max tokens and probe tokens must be >= 1")
+        if min(self.samples, self.interval, self.max_tokens, self.probe_tokens, self.logprob_window) < 1:
+            raise ConfigError("samples, probe interval, max tokens, probe tokens and logprob window must be >= 1")
         if not 0 <= self.probe_samples <= self.samples:
             raise ConfigError(f"--probe-samples must be between 0 and --samples ({self.samples}), "
                               f"got {self.probe_samples}")
@@ -159,23 +164,27 @@ async def collect_problem(backend: Backend, problem: Problem, cfg: CollectConfig
     question = prompt("math_cot", question=problem.question)
     probe = probe_text(cfg.family)
     pid = f"collect-{problem.dataset}-{problem.idx}"
+    logprobs = 1 if getattr(backend.capabilities, "logprobs", False) else 0
 
     def request(i: int) -> GenRequest:
         return GenRequest(prompt=question, max_tokens=cfg.max_tokens, temperature=cfg.temperature, top_p=cfg.top_p,
                           seed=cfg.seed * 100_000 + i, rid=f"{pid}-s{i}", program_id=pid, branch=i, chat=True,
-                          prefix_hint=pid)
+                          prefix_hint=pid, logprobs=logprobs)
 
     async def plain(i: int) -> dict[str, Any]:
         out: GenResult = await backend.generate(request(i))
         return {"tokens": out.tokens, **await _graded(out.text, out.finish_reason, problem),
-                "seed": cfg.seed * 100_000 + i, "finish_reason": out.finish_reason}
+                "seed": cfg.seed * 100_000 + i, "finish_reason": out.finish_reason,
+                **_confidence(out.token_logprobs, out.tokens, cfg)}
 
     async def probed(i: int) -> dict[str, Any]:
         seq = await backend.open_sequence(request(i))
         probes: list[dict[str, Any]] = []
+        lps: list[float] | None = []
         try:
             while not seq.finished and seq.tokens < cfg.max_tokens:
-                await seq.extend(cfg.interval)
+                chunk = await seq.extend(cfg.interval)
+                lps = None if lps is None or chunk.token_logprobs is None else lps + list(chunk.token_logprobs)
                 if seq.finished:
                     break
                 p = await seq.probe(probe, cfg.probe_tokens, **probe_kwargs(seq, close_brace=True))
@@ -188,7 +197,7 @@ async def collect_problem(backend: Backend, problem: Problem, cfg: CollectConfig
             await seq.close()
         finish = seq.finish_reason or ("length" if seq.tokens >= cfg.max_tokens else "stop")
         return {"tokens": seq.tokens, **await _graded(seq.text, finish, problem), "seed": cfg.seed * 100_000 + i,
-                "finish_reason": finish, "probes": probes}
+                "finish_reason": finish, **_confidence(lps, seq.tokens, cfg), "probes": probes}
 
     t0 = time.perf_counter()
     samples = await asyncio.gather(*(probed(i) if i < cfg.probe_samples else plain(i) for i in range(cfg.samples)))
@@ -196,6 +205,13 @@ async def collect_problem(backend: Backend, problem: Problem, cfg: CollectConfig
     return {"idx": problem.idx, "gold": problem.gold, "model": model, "interval": cfg.interval,
             "dataset": problem.dataset, **settings, "wall_s": round(time.perf_counter() - t0, 2),
             "samples": list(samples)}
+
+
+def _confidence(logprobs: Sequence[float] | None, tokens: int, cfg: CollectConfig) -> dict[str, float]:
+    """A sample's token confidence fields, when the engine gave one logprob per generated token."""
+    if not logprobs or len(logprobs) != tokens:
+        return {}
+    return sample_confidence(logprobs, cfg.logprob_window)
 
 
 def _model_name(backend: Backend) -> str:

@@ -1,4 +1,7 @@
-"""The docstring examples of the answer/signal layer run and pass."""
+"""The docstring examples of the answer/signal layer run and pass (and there are some to run).
+
+``certa.eval.datasets`` is not here: its examples need the dataset files and are all
+``+SKIP``; tests/test_datasets.py covers it."""
 
 from __future__ import annotations
 
@@ -8,8 +11,7 @@ import importlib
 import pytest
 
 MODULES = ["certa.algorithms.answers.extract", "certa.algorithms.answers.equivalence",
-           "certa.algorithms.answers.clustering", "certa.algorithms.signals.multipath", "certa.algorithms.prompts",
-           "certa.eval.datasets"]
+           "certa.algorithms.answers.clustering", "certa.algorithms.signals.multipath", "certa.algorithms.prompts"]
 
 
 @pytest.mark.parametrize("name", MODULES)
@@ -18,4 +20,5 @@ def test_doctests(name):
         pytest.importorskip("math_verify")
     module = importlib.import_module(name)
     result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
+    assert result.attempted > 0, f"{name} has no docstring example that runs"
     assert result.failed == 0

@@ -6,6 +6,8 @@ import os
 import pathlib
 from typing import Literal
 
+import pytest
+
 import certa as ct
 
 from .test_runtime import make_sc
@@ -43,11 +45,21 @@ def verifier_loop() -> ct.CompiledGraph:
     return g.compile(policy=ct.Threshold(1.0, detect_at=1, every=1))
 
 
-def check(name: str, text: str) -> None:
-    path = SNAP / f"{name}.mmd"
-    if os.environ.get("CERTA_UPDATE_SNAPSHOTS") or not path.exists():
+def check(name: str, text: str, snapshots: pathlib.Path = SNAP) -> None:
+    """Compare with the stored snapshot; a missing one fails (it is written only on request)."""
+    path = snapshots / f"{name}.mmd"
+    if os.environ.get("CERTA_UPDATE_SNAPSHOTS"):
         path.write_text(text)
+    if not path.exists():
+        pytest.fail(f"no Mermaid snapshot {path.name}; write it with CERTA_UPDATE_SNAPSHOTS=1 and review it")
     assert text == path.read_text(), f"Mermaid for {name} changed; review and regenerate with CERTA_UPDATE_SNAPSHOTS=1"
+
+
+def test_a_missing_snapshot_fails_and_is_not_written(tmp_path, monkeypatch):
+    monkeypatch.delenv("CERTA_UPDATE_SNAPSHOTS", raising=False)
+    with pytest.raises(pytest.fail.Exception, match="no Mermaid snapshot"):
+        check("nope", "flowchart TD\n", snapshots=tmp_path)
+    assert not (tmp_path / "nope.mmd").exists()
 
 
 def test_mermaid_self_consistency_snapshot():

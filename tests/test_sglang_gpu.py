@@ -56,3 +56,21 @@ class TestSGLangEngineGPU(BackendConformance):
     async def test_priority_and_rid_reach_the_engine(self, backend):
         out = await backend.generate(GenRequest(prompt="1, 2, 3,", max_tokens=4, rid="gpu-prio", priority=2.0))
         assert out.tokens > 0 and out.rid == "gpu-prio" and backend.live_rids() == set()
+
+    async def test_abort_spares_the_rids_it_is_a_prefix_of(self, backend):
+        """SGLang's scheduler aborts by rid PREFIX; certa's wire rids are prefix-free."""
+        import asyncio
+
+        short = asyncio.ensure_future(backend.generate(GenRequest(prompt="1, 2, 3,", max_tokens=2000, rid="gpu-s1")))
+        long = asyncio.ensure_future(backend.generate(GenRequest(prompt="a, b, c,", max_tokens=300, rid="gpu-s10")))
+        await asyncio.sleep(0.5)
+        assert await backend.abort("gpu-s1") is True
+        assert (await short).finish_reason == "abort"
+        out = await long
+        assert out.finish_reason != "abort" and out.tokens > 0
+
+    async def test_top_logprobs_are_decoded_from_token_ids(self, backend):
+        from certa.runtime.types import ScoreRequest
+
+        s = await backend.score(ScoreRequest(prompt="Is 2+2=4? Answer Yes or No:", rid="gpu-score"))
+        assert abs(sum(s.probs.values()) - 1.0) < 1e-6 and s.probs["Yes"] > 0.5  # from logprobs via decode(id)

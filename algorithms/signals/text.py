@@ -44,17 +44,18 @@ from certa.runtime.errors import ConfigError
 
 from certa.algorithms.answers.equivalence import math_equal
 from certa.algorithms.answers.extract import NUMERIC_DATASETS, canonical_dataset
-from certa.algorithms.signals.cot import ChainView, CoTSignal
+from certa.algorithms.signals.cot import AllOf, ChainView, CoTSignal
 
-__all__ = ["Committed", "DOUBT_WORDS", "Statement", "asked_quantity", "committed_answer", "statements"]
+__all__ = ["Committed", "DOUBT_WORDS", "Statement", "asked_quantity", "committed_answer", "for_problem", "statements"]
 
-DOUBT_WORDS: tuple[str, ...] = ("wait", "but", "hmm", "hold on", "actually", "however", "double-check",
-                                "double check", "let me check", "let me verify", "let me recheck", "re-check",
-                                "recheck", "mistake", "alternatively", "reconsider", "re-evaluate", "not sure",
-                                "is that right", "did i")
+DOUBT_WORDS: tuple[str, ...] = ("wait", "hmm", "hold on", "actually", "double-check", "double check", "recheck",
+                                "re-check", "let me check", "let me verify", "let me recheck", "mistake",
+                                "alternatively", "reconsider", "re-evaluate", "not sure", "is that right")
 """What follows a tentative answer: the chain is re-verifying it (whole words, case-insensitive)."""
 
-_DOUBT = re.compile(r"\b(?:" + "|".join(re.escape(w) for w in DOUBT_WORDS) + r")\b|\?", re.IGNORECASE)
+_DOUBT = re.compile(r"\b(?:" + "|".join(re.escape(w) for w in DOUBT_WORDS) + r")\b", re.IGNORECASE)
+_HYPOTHETICAL = re.compile(r"\b(?:if|would|could|might|maybe|perhaps|suppose|assuming|unless|whether|or)\b", re.IGNORECASE)
+_NOT_FINAL = re.compile(r"^\s*(?:\?|[-+*/×÷^=]|\\times|\\cdot|\(|[a-z]*\s*[-+*/×÷=]\s*\d)")
 _BOX = re.compile(r"\\(?:boxed|fbox)\s*\{")
 _ANSWER = re.compile(r"\b(?:final\s+answer|answer)\s*(?:is|should\s+be|would\s+be|will\s+be|=|:)\s*:?\s*",
                      re.IGNORECASE)
@@ -92,25 +93,40 @@ def _balanced(text: str, start: int) -> int | None:
     return None
 
 
-def _value(rest: str, numeric: bool) -> str | None:
-    """The value a statement names at the start of ``rest`` (None: no value written yet)."""
-    rest = rest[:200].split("\n", 1)[0]
-    box = _BOX.match(rest.lstrip(" $*(\\["))
-    if box is not None:
-        return None  # a box: counted as its own statement
-    rest = _WRAP.sub("", rest)
-    if numeric:
-        m = _NUMBER.match(rest.lstrip(" *$\\(["))
-        if m is None:
-            return None
-        v = m.group(0).replace("$", "").replace(" ", "").replace(",", "")
-        v = v.rstrip(".")
-        return v if any(ch.isdigit() for ch in v) else None
-    m = _LATEX_VALUE.match(rest.lstrip(" *$\\(["))
+def _value(rest: str, numeric: bool) -> tuple[str, int] | None:
+    """The value a statement names at the start of ``rest`` and where it ends in ``rest``
+    (None: no value written yet, or a box, which counts as its own statement)."""
+    line = rest[:200].split("\n", 1)[0]
+    lead = len(line) - len(line.lstrip(" *$\\([:"))
+    body = line[lead:]
+    if _BOX.match(rest[lead - 1 if lead else 0:].lstrip(" $*(\\[")) or body.startswith(("boxed", "fbox")):
+        return None
+    m = (_NUMBER if numeric else _LATEX_VALUE).match(body)
     if m is None:
         return None
-    v = m.group(0).rstrip(".,")
-    return v or None
+    raw = m.group(0).rstrip(".,")
+    v = raw.replace("$", "").replace(" ", "").replace(",", "") if numeric else raw
+    v = v.rstrip(".")
+    if not v or (numeric and not any(ch.isdigit() for ch in v)):
+        return None
+    return v, lead + len(raw)
+
+
+_RESULT = re.compile(r"=\s*\$?\s*(-?\d[\d,]*(?:\.\d+)?)")
+_UNITS = re.compile(r"(?:\s*(?:[A-Za-z]+|\$|%|\\%|\\text\{[^{}]*\}|\}|\\\)|\$))*")
+
+
+def _not_final(after: str) -> bool:
+    """Whether what follows a value shows it is not a final one: a question mark, or more
+    arithmetic (an operator or ``=`` after optional unit words)."""
+    rest = after[_UNITS.match(after[:60]).end():]  # type: ignore[union-attr]
+    return bool(re.match(r"\s*(?:\?|[-+*/×÷^=]\s*[\w(\\]|\\times|\\cdot|\(\w+\)\s*[-+*/×])", rest))
+
+
+def _hypothetical(text: str, anchor: int) -> bool:
+    """Whether the sentence before ``anchor`` is conditional ("if the answer is", "would be")."""
+    start = max(text.rfind(". ", 0, anchor), text.rfind("\n", 0, anchor), anchor - 120) + 1
+    return bool(_HYPOTHETICAL.search(text[start:anchor + 12]))
 
 
 def asked_quantity(question: str) -> frozenset[str]:
@@ -162,23 +178,30 @@ def _scan(text: str, dataset: str, question: str) -> list[Statement]:
     for m in _BOX.finditer(text):
         close = _balanced(text, m.end())
         if close is not None and text[m.end():close].strip():
-            found.append(Statement(close + 1, text[m.end():close].strip(), "boxed", close + 1))
-    for m in _ANSWER.finditer(text):
-        v = _value(text[m.end():], numeric)
-        done = _close(text, m.end() + len(v)) if v is not None else None
-        if v is not None and done is not None:
-            found.append(Statement(m.end() + len(v), v, "answer", done))
-    for m in _CONCLUDE.finditer(text):
-        v = _value(text[m.end():], numeric)
-        done = _close(text, m.end() + len(v)) if v is not None else None
-        if v is None or done is None:
-            continue
-        if "=" in text[m.end() + len(v):done]:  # "so 3 + 4 = 7 ... = 9": the clause's last value is its result
-            continue
-        start = text.rfind("\n", 0, m.start()) + 1
-        if _names_quantity(text[start:done], wanted):
-            found.append(Statement(m.end() + len(v), v, "conclude", done))
-    return sorted(found, key=lambda s: (s.done, s.end))
+            done = _close(text, close + 1)
+            if done is not None and not text[close + 1:done].lstrip(" $.\\)]").startswith("?"):
+                found.append(Statement(close + 1, text[m.end():close].strip(), "boxed", done))
+    for kind, pattern in (("answer", _ANSWER), ("conclude", _CONCLUDE)):
+        for m in pattern.finditer(text):
+            got = _value(text[m.end():], numeric)
+            if got is None:
+                continue
+            v, end = got[0], m.end() + got[1]
+            done = _close(text, end)
+            if done is None or _not_final(text[end:done + 1]) or _hypothetical(text, m.start()):
+                continue
+            if kind == "conclude":
+                if "=" in text[end:done]:  # "so 3 + 4 = 7 ... = 9": the clause's last value is its result
+                    continue
+                if not _names_quantity(text[text.rfind("\n", 0, m.start()) + 1:done], wanted):
+                    continue
+            found.append(Statement(end, v, kind, done))  # type: ignore[arg-type]
+    rank = {"boxed": 0, "answer": 1, "conclude": 2}
+    best: dict[int, Statement] = {}
+    for st in found:  # one statement per value: "so the answer is 18" is an answer, not also a conclusion
+        if st.end not in best or rank[st.kind] < rank[best[st.end].kind]:
+            best[st.end] = st
+    return sorted(best.values(), key=lambda s: (s.done, s.end))
 
 
 class _Chains:
@@ -277,23 +300,44 @@ class Committed(CoTSignal):
 
     def to_dict(self) -> dict:
         return {"kind": self.kind, "kinds": self.kinds, "confirm": self.confirm, "quiet": self.quiet,
-                "survive": self.survive, "dataset": self.dataset}
+                "survive": self.survive}  # dataset and question are the problem's (bound when run)
 
     def __call__(self, view: ChainView) -> float:
-        kinds = ("boxed", "answer") if self.kinds == "strict" else ("boxed", "answer", "conclude")
-        found = statements(view.text, dataset=self.dataset, question=self.question, kinds=kinds)
-        if not found:
-            return 0.0
-        last = found[-1]
-        if view.probes and view.probes[-1].answer and not _same(view.probes[-1].answer, last.value):
-            return 0.0  # the answer an exit would give is not this one
-        first = len(found)
-        while first > 0 and _same(found[first - 1].value, last.value):
-            first -= 1
-        run = found[first:]
-        tail = view.text[last.end:]
+        return float(self.committed(view.text) is not None and
+                     (not view.probes or not view.probes[-1].answer
+                      or _same(view.probes[-1].answer, self.committed(view.text) or "")))
+
+    def committed(self, text: str) -> str | None:
+        """The answer the chain has committed to under this rule, or None (no exit yet)."""
+        found = statements(text, dataset=self.dataset, question=self.question)
+        anchors = ("boxed", "answer") if self.kinds == "strict" else ("boxed", "answer", "conclude")
+        at = [i for i, st in enumerate(found) if st.kind in anchors]
+        if not at:
+            return None
+        value = found[at[-1]].value
+        start = next((i + 1 for i in reversed(at) if not _same(found[i].value, value)), 0)
+        run = [st for st in found[start:] if _same(st.value, value)]  # restatements of any kind count
+        tail = text[run[-1].end:]
         if len(run) < self.confirm or len(tail) < self.quiet or _DOUBT.search(tail):
-            return 0.0
-        if len(view.text) - run[0].end < self.survive:
-            return 0.0
-        return float(_fits(last.value, self.dataset, self.question))
+            return None
+        results = _RESULT.findall(tail)
+        if results and not _same(results[-1].replace(",", ""), value):
+            return None  # the chain has computed something else since: the value was a step
+        if len(text) - run[0].end < self.survive or not _fits(value, self.dataset, self.question):
+            return None
+        return value
+
+
+def for_problem(signal: CoTSignal, question: str, dataset: str | None = None) -> CoTSignal:
+    """``signal`` with every :class:`Committed` part bound to one problem's question (and
+    dataset, when given); other signals are returned unchanged.
+
+    >>> rule = AllOf(Committed(confirm=2), Committed("conclude"))
+    >>> [p.question for p in for_problem(rule, "How many?", "gsm8k").parts]
+    ['How many?', 'How many?']
+    """
+    if isinstance(signal, Committed):
+        return signal.for_problem(question, dataset)
+    if isinstance(signal, AllOf):
+        return AllOf(*(for_problem(p, question, dataset) for p in signal.parts))
+    return signal

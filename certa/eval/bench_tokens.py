@@ -45,6 +45,7 @@ from certa.eval.calibration import METHODS, Candidate, calibrate, candidates, ch
 from certa.algorithms.programs.cot_probe import CERTA_INTERVAL, PRESETS, certa_signal
 from certa.eval.evalstats import compare
 from certa.eval.replay_eval import ProgramKind, Replayer, Scores, check_traces
+from certa.eval.cot_grid import forced_answer_oracle, forced_answer_run, has_text_probes
 
 __all__ = ["TARGETS", "bench_tokens", "candidate_label", "plot", "preset_candidates"]
 
@@ -87,6 +88,13 @@ def _fallback_shape(method: str, grid: list[Candidate]) -> tuple:
     return shapes[-1] if shapes else ()
 
 
+def _run(c: Candidate, rep: Replayer) -> Scores:
+    """Replay ``c``; CoT on text-probe traces also pays each early exit's forced answer."""
+    if rep.program == "cot":
+        return forced_answer_run(rep, c.policy, k=c.k, interval=c.interval, signal=c.signal)
+    return c.run(rep)
+
+
 def _point(c: Candidate, s: Scores, even: list[Scores], reps: int, seed: int, label: str) -> dict[str, Any]:
     return {"label": label, **compare(s, even, reps=reps, seed=seed), **c.params()}
 
@@ -99,7 +107,7 @@ def bench_tokens(problems: Sequence[TraceProblem], program: ProgramKind, *, cal_
     check_not_reserved(cal, dataset)
     rep = Replayer(held, program, seed=seed, orders=orders, dataset=dataset)
     ladder = even_ladder(rep)
-    even = [c.run(rep) for c in ladder]
+    even = [_run(c, rep) for c in ladder]
     unit = "samples" if program == "sc" else "tokens"
     methods: dict[str, Any] = {}
     curve = [_point(c, s, even, reps, seed, f"{c.policy.to_dict()['cap']} {unit}")
@@ -126,12 +134,12 @@ def bench_tokens(problems: Sequence[TraceProblem], program: ProgramKind, *, cal_
         grid = candidates(rep, method, typical=calib.extra.get("typical_tokens"))
         shape = _shape(choice) if choice.method != "even" else _fallback_shape(method, grid)
         same = [c for c in grid if _shape(c) == shape]
-        pts = [_point(c, c.run(rep), even, reps, seed, candidate_label(c)) for c in same]
-        held_choice = choice.run(rep)
+        pts = [_point(c, _run(c, rep), even, reps, seed, candidate_label(c)) for c in same]
+        held_choice = _run(choice, rep)
         methods[name] = {**_point(choice, held_choice, even, reps, seed, candidate_label(choice)),
                          "calibration": calib.summary(), "tokens_by_kind": held_choice.summary(), "curve": pts}
     if program == "cot":
-        oracle = rep.oracle_cot()
+        oracle = forced_answer_oracle(rep) if has_text_probes(held) else rep.oracle_cot()
         methods["oracle-bound"] = {"label": "ORACLE: exit at the first probe that equals the chain's final answer",
                                    "oracle": True, **compare(oracle, even, reps=reps, seed=seed),
                                    "tokens_by_kind": oracle.summary()}
@@ -141,7 +149,7 @@ def bench_tokens(problems: Sequence[TraceProblem], program: ProgramKind, *, cal_
                     skip = f"interval {c.interval} is not a multiple of the trace's {rep.interval}"
                     methods[name] = {"skipped": skip}
                 continue
-            s = c.run(rep)
+            s = _run(c, rep)
             label = f"certa default ({candidate_label(c)})" if c.signal is not None else \
                 f"{name.removeprefix('dynasor-')} (k={c.k}, T={c.interval})"
             methods[name] = {**_point(c, s, even, reps, seed, label), "tokens_by_kind": s.summary()}
@@ -150,6 +158,7 @@ def bench_tokens(problems: Sequence[TraceProblem], program: ProgramKind, *, cal_
             "bootstrap_reps": reps, "models": sorted({p.model for p in problems}),
             "samples_per_problem": rep.n_samples if program == "sc" else None,
             "interval": rep.interval if program == "cot" else None,
+            "text_probes": has_text_probes(problems) if program == "cot" else None,
             "heldout_idx": [p.idx for p in held], "methods": methods, "targets": _targets(program, methods)}
 
 

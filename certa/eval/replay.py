@@ -49,6 +49,7 @@ from certa.runtime.types import GenRequest, GenResult, Knob, TokenKind
 from certa.algorithms.answers.clustering import majority
 from certa.algorithms.prompts import probe_text
 from certa.algorithms.signals.cot import ChainView, CoTSignal, ProbeAgreement
+from certa.algorithms.signals.text import for_problem
 from certa.algorithms.signals import ProbeObs, entropy_certainty
 
 __all__ = ["ReplayCoT", "ReplayContext", "ReplaySC", "ReplayState", "run_replay", "sample_order"]
@@ -165,7 +166,9 @@ class ReplayCoT(Program):
         super().__init__()
         self.problem, self.index, self.sample = problem, sample, problem.samples[sample]
         self.k, self.interval, self.probe_tokens = k, interval, probe_tokens
-        self.signal = signal if signal is not None else ProbeAgreement(k)
+        extra = problem.model_extra or {}  # text-probe signals read the problem's question (traces import)
+        self.signal = for_problem(signal if signal is not None else ProbeAgreement(k), str(extra.get("question") or ""),
+                                  extra.get("dataset"))
         self.probe_from = max(0, self.signal.min_tokens - (self.signal.window - 1) * interval)
         self.knob = Knob("tokens", cap=None)  # the chain ends at its recorded length
         self.policy, self.grade = policy, grade

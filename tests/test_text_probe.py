@@ -1,0 +1,134 @@
+"""Text probes: the answer a reasoning chain has committed to, read from its own text (no decode cost)."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+
+from certa.algorithms.signals import ProbeObs
+from certa.algorithms.signals.cot import AllOf, ChainView, ProbeAgreement, signal_from_dict
+from certa.algorithms.signals.text import (Committed, _scan, asked_quantity, committed_answer, for_problem,
+                                           statements)
+from certa.eval.calibration import calibrate, candidates
+from certa.eval.cot_grid import forced_answer_oracle, forced_answer_run, has_text_probes
+from certa.eval.importers import Tokenizer, import_traces
+from certa.eval.replay_eval import Replayer
+from certa.eval.traces import load_traces
+from certa.runtime.errors import ConfigError
+from certa.runtime.policy import Threshold
+
+Q = "Janet sells eggs for $2 each. She has 16 eggs and eats 7. How much in dollars does she make every day?"
+STATES = "She has 16 - 7 = 9 eggs left, and 9 * 2 = 18. So the answer is 18.\n"
+HESITATES = "Wait, let me double-check the eggs: 16 - 7 = 9, and 9 * 2 = 18.\n"
+CONFIRMS = "Yes, so the answer is 18.\n"
+
+
+def _values(text: str, **kw) -> list[tuple[str, str]]:
+    return [(s.kind, s.value) for s in statements(text, dataset="gsm8k", question=Q, **kw)]
+
+
+def test_statement_kinds_and_what_is_not_a_statement():
+    assert _values(STATES) == [("answer", "18")]
+    assert _values("So she makes 9 * 2 = 18 dollars a day.\n") == [("conclude", "18")]
+    assert _values("The total is \\boxed{18}.\n") == [("boxed", "18")]
+    for text in ("If the answer is 45, then no.\n",  # conditional
+                 "So the answer would be 45.\n",  # hypothetical
+                 "So the answer is 25? But\n",  # a question
+                 "So the answer is 6000 - 300 - 200. Which\n",  # more arithmetic follows
+                 "So she has 9 eggs left.\n",  # a conclusion that does not name the asked quantity
+                 "So 3 + 4 = 7 eggs are used, and 16 - 7 = 9.\n"):  # an intermediate result
+        assert _values(text) == [], text
+    assert committed_answer(STATES + "So the answer is 19", dataset="gsm8k") == "18"  # 19 is not complete yet
+
+
+def test_asked_quantity_names_the_unit():
+    assert {"dollars", "$"} <= asked_quantity(Q)
+    assert {"apples", "apple"} <= asked_quantity("Tom has 3 boxes. How many apples does he have?")
+    assert {"%", "percent"} <= asked_quantity("What percentage of the students passed?")
+
+
+def test_states_hesitates_confirms():
+    rule = Committed(confirm=2).for_problem(Q, "gsm8k")
+    view = lambda text: rule(ChainView([], text, len(text) // 4))  # noqa: E731
+    assert view(STATES) == 0.0  # stated once: not confirmed yet
+    assert view(STATES + HESITATES) == 0.0  # re-verifying
+    assert view(STATES + HESITATES + CONFIRMS) == 1.0  # survived re-verification
+    assert Committed(confirm=1).for_problem(Q, "gsm8k")(ChainView([], STATES, 30)) == 1.0
+    assert Committed(confirm=1, quiet=200).for_problem(Q, "gsm8k")(ChainView([], STATES, 30)) == 0.0
+
+
+def test_intermediate_value_never_commits():
+    chain = "First, 16 - 7 = 9. So she has 9 eggs to sell. Each egg sells for $2, so"
+    for kinds in ("strict", "conclude"):
+        rule = Committed(kinds, confirm=1).for_problem(Q, "gsm8k")
+        assert rule(ChainView([], chain, 20)) == 0.0
+        assert rule.committed(chain + " she makes 9 * 2 = 18 dollars. Then she buys 3 more.") is None \
+            or kinds == "conclude"
+
+
+def test_answer_type_aime_and_numeric():
+    aime = Committed(confirm=1).for_problem("Find m + n.", "aime")
+    assert aime(ChainView([], "So the answer is 33.\n", 5)) == 1.0
+    assert aime(ChainView([], "So the answer is 1234.\n", 5)) == 0.0  # AIME answers are 0..999
+    assert Committed(confirm=1).for_problem(Q, "gsm8k")(ChainView([], "So the answer is x.\n", 5)) == 0.0
+
+
+def test_exit_answer_must_be_the_probe_answer():
+    rule = Committed(confirm=1).for_problem(Q, "gsm8k")
+    assert rule(ChainView([ProbeObs(8, "18", "")], STATES, 30)) == 1.0
+    assert rule(ChainView([ProbeObs(8, "9", "")], STATES, 30)) == 0.0
+
+
+def test_prefix_statements_equal_a_fresh_scan():
+    """The incremental cache (replay cuts chains; live streams grow them) gives the same
+    statements as scanning each prefix from scratch."""
+    text = (STATES + HESITATES + CONFIRMS) * 6 + "So the answer is \\boxed{18}.\n"
+    rnd = random.Random(0)
+    cuts = sorted(rnd.sample(range(1, len(text)), 60))
+    for cut in cuts + cuts[::-1]:  # growing, then shrinking
+        prefix = text[:cut]
+        assert statements(prefix, dataset="gsm8k", question=Q) == \
+            [s for s in _scan(prefix, "gsm8k", Q) if s.done <= len(prefix)]
+
+
+def test_serialize_combine_bind():
+    rule = AllOf(ProbeAgreement(2), Committed("conclude", confirm=2, quiet=60, survive=800))
+    assert signal_from_dict(rule.to_dict()) == rule
+    bound = for_problem(rule, Q, "gsm8k")
+    assert bound.parts[1].question == Q and bound.parts[1].dataset == "gsm8k" and bound.parts[0] == rule.parts[0]
+    with pytest.raises(ConfigError):
+        Committed(confirm=0)
+    with pytest.raises(ConfigError):
+        Committed("loose")  # type: ignore[arg-type]
+
+
+@pytest.fixture()
+def traces(tmp_path: Path):
+    out = tmp_path / "t.jsonl"
+    import_traces(Path(__file__).parent / "data" / "reasoning" / "reasoning_gsm8k.jsonl", out,
+                  fmt="reasoning-gsm8k", interval=8, tokenizer=Tokenizer.approximate())
+    return load_traces(out)
+
+
+def test_replay_exits_on_text_probes_and_pays_the_forced_answer(traces):
+    rep = Replayer(traces, "cot")
+    assert has_text_probes(traces)
+    full = rep.run(None, k=1, interval=8)
+    rule = Committed(confirm=1)
+    plain = rep.run(Threshold(1.0, detect_at=1, every=1), k=1, interval=8, signal=rule)
+    forced = forced_answer_run(rep, Threshold(1.0, detect_at=1, every=1), k=1, interval=8, signal=rule)
+    assert plain.exits == {"certaindex": 1, "done": 1} and full.probe.sum() == 0  # text probes cost nothing
+    assert plain.tokens[0] < full.tokens[0] and plain.correct[0] == 1.0  # exits at the stated 18
+    assert (forced.tokens - plain.tokens).tolist() == [3.0, 0.0]  # "18}": answer + closing brace; a finished chain pays none
+    assert forced.prefill.tolist() == [10.0, 0.0]
+    oracle = forced_answer_oracle(rep)
+    assert oracle.tokens[0] < full.tokens[0] and oracle.correct.tolist() == full.correct.tolist()
+
+
+def test_text_method_calibrates_on_the_split_machinery(traces):
+    grid = candidates(Replayer(traces, "cot"), "text")
+    assert grid and all(isinstance(c.signal, Committed) for c in grid)
+    calib = calibrate(traces, "cot", method="text")
+    assert calib.scores.accuracy >= calib.baseline.accuracy and calib.tried == len(grid)

@@ -15,10 +15,10 @@ from rich.console import Console
 from rich.table import Table
 
 from certa.algorithms.programs.library import PROGRAMS
+from certa.cli_choices import BACKEND_HELP, PROGRAM_HELP, SCHEDULER_HELP, backend_options, make_runtime, registry_epilog
 from certa.cli_errors import error_line, fail
 from certa.runtime.backends.registry import BACKENDS
 from certa.runtime.errors import CertaError, ConfigError
-from certa.runtime.registry import Registry
 from certa.runtime.scheduling.policies import POLICIES
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -34,61 +34,6 @@ def _root() -> None:
 
 _fail = fail
 _error_line = error_line
-
-PROGRAM_HELP = f"built-in program ({PROGRAMS.choices()}) or FILE.py:attr"
-BACKEND_HELP = f"auto, {BACKENDS.choices()}"
-SCHEDULER_HELP = POLICIES.choices()
-
-
-def registry_epilog(*tables: tuple[str, Registry]) -> str:
-    """Help-text lines ``title: name (help); ...`` for the CLI, generated from the registries."""
-    return "\n\n".join(f"{title}: " + "; ".join(f"{name} — {table.help(name)}" for name in table)
-                        for title, table in tables)
-
-
-def backend_options(backend: str, model: Optional[str], url: Optional[str]) -> dict[str, Any]:
-    """``--model`` and ``--url`` as backend constructor options (every backend names them alike).
-
-    ``--model`` goes to the engines that load one (llamacpp, sglang); ``--url`` (comma-separated
-    for several) to the HTTP backends as ``base_url``.
-    """
-    opts: dict[str, Any] = {}
-    if model and backend in ("llamacpp", "sglang"):
-        opts["model"] = model
-    if url:
-        opts["base_url"] = url.split(",") if "," in url else url
-    return opts
-
-
-def make_runtime(backend: str, model: Optional[str], scheduler: str = "fcfs", **opts: Any):
-    """Build a Runtime for a CLI backend name (``auto`` picks llama.cpp on CPU, SGLang on GPU)."""
-    from certa.runtime import Runtime, Scheduler
-    if backend == "auto":
-        backend = _auto_backend()
-    kwargs: dict[str, Any] = {**opts, **backend_options(backend, model, None)}
-    sched = None
-    if scheduler != "fcfs":
-        from certa.runtime.scheduling.policies import make_policy
-        sched = Scheduler(policy=make_policy(scheduler))
-    return Runtime(backend, scheduler=sched, **kwargs)
-
-
-def _auto_backend() -> str:
-    import importlib.util
-    if importlib.util.find_spec("sglang") is not None and _has_cuda():
-        return "sglang"
-    if importlib.util.find_spec("llama_cpp") is not None:
-        return "llamacpp"
-    raise ConfigError("no real engine is installed", hint="pip install 'certa[cpu]' for the embedded llama.cpp "
-                      "engine, or pass --backend scripted for the fake backend")
-
-
-def _has_cuda() -> bool:
-    try:
-        import torch  # noqa: PLC0415
-        return bool(torch.cuda.is_available())
-    except Exception:  # noqa: BLE001
-        return False
 
 
 @app.command(epilog=registry_epilog(("Programs", PROGRAMS), ("Backends", BACKENDS), ("Schedulers", POLICIES)))

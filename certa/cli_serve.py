@@ -83,10 +83,10 @@ def serve(
 
 def _build_server(programs: List[str], backend: str, model: Optional[str], url: Optional[str],
                   backend_opts: List[str], scheduler: str, **limits: Any):
-    from certa.cli import _auto_backend, backend_options
+    from certa.cli_choices import auto_backend, backend_options
     from certa.serve import Server
     if backend == "auto":
-        backend = _auto_backend()
+        backend = auto_backend()
     opts: dict[str, Any] = {**_parse_opts(backend_opts), **backend_options(backend, model, url)}
     specs = {_name(p): p for p in programs}
     try:

@@ -218,6 +218,32 @@ async def test_http_errors_map_to_backend_errors(workers, status, retryable):
     await b.close()
 
 
+@pytest.mark.parametrize("error,retryable", [({"message": "overloaded", "code": 503}, True),
+                                            ({"message": "bad input", "code": 400}, False),
+                                            ({"message": "server says retry", "code": 400, "retryable": True}, True),
+                                            ({"message": "no code"}, False)])
+async def test_in_stream_errors_are_mapped_by_their_code(workers, error, retryable):
+    w = workers[0]
+    w.stream_error = error
+    b = OpenAIBackend(w.url, model="m")
+    with pytest.raises(BackendError) as e:
+        await b.generate(GenRequest(prompt="x", rid="ie", program_id="prog"))
+    assert e.value.retryable is retryable and error["message"] in str(e.value)
+    assert f"HTTP {error.get('code', 500)}" in str(e.value)
+    await b.close()
+
+
+async def test_urls_fail_over_and_requests_carry_the_routing_key(workers):
+    port = _free_port()  # a worker that is down
+    dead = f"http://127.0.0.1:{port}"
+    b = OpenAIBackend(urls=[dead, workers[0].url], model="m", health_interval=None)
+    prog = next(p for p in (f"p{i}" for i in range(1000)) if b.pool.ranked(p)[0] == dead)
+    out = await b.generate(GenRequest(prompt="x", max_tokens=2, rid="fo", program_id=prog))
+    assert out.text.startswith("A") and b.metrics()["failovers"] == 1 and dead in b.pool.down
+    assert workers[0].requests[-1].headers["x-smg-routing-key"] == prog
+    await b.close()
+
+
 async def test_connect_error_is_retryable():
     port = _free_port()  # nothing listens there
     b = OpenAIBackend(f"http://127.0.0.1:{port}", model="m", timeout=5)

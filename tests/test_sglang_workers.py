@@ -20,7 +20,6 @@ import time
 import pytest
 
 import certa.runtime as rt_mod
-from certa.runtime.errors import BackendError
 from certa.runtime.limits import RetryPolicy
 from certa.runtime.types import GenRequest, ScoreRequest
 

@@ -45,6 +45,7 @@ from certa.runtime.backends.base import Backend
 from certa.runtime.backends.http_common import (StreamState, affinity_key, iter_sse, make_client, normalise_workers,
                                                 probs_from_top, resolve_urls, routing_header, server_abort_error,
                                                 status_error, stream_error, transport_error, where)
+from certa.runtime.backends.openai_wire import parse_chat, parse_completion, request_body, usage
 from certa.runtime.backends.worker_pool import WorkerPool
 
 @dataclass(slots=True)
@@ -113,7 +114,7 @@ class OpenAIBackend(Backend):
         self._live: dict[str, _Live] = {}
         self._logprob_score: bool | None = None  # None: untried
         self._bg: set[asyncio.Future] = set()
-        self.capabilities = Capabilities(score=True, logprobs=True, prefix_sharing=True, name="openai")
+        self.capabilities = Capabilities(score=True, logprobs=True, name="openai")
 
     def __repr__(self) -> str:  # never shows the api key
         return f"{type(self).__name__}(workers={self.workers!r}, model={self.model!r})"
@@ -173,76 +174,16 @@ class OpenAIBackend(Backend):
     # ---- request bodies and chunk parsing ----------------------------------------------------
     async def _request(self, req: GenRequest, worker: str, top: int) -> tuple[str, dict, Parser]:
         """URL, JSON body and chunk parser for ``req`` (``top``: top logprobs wanted)."""
-        body: dict[str, Any] = {"max_tokens": req.max_tokens, "temperature": req.temperature, "top_p": req.top_p}
-        model = await self._model_for(worker)
-        if model is not None:
-            body["model"] = model
-        if req.top_k > 0:
-            body["top_k"] = req.top_k
-        if req.seed is not None:
-            body["seed"] = req.seed
-        if req.stop:
-            body["stop"] = list(req.stop)
-        if self.stream_usage:
-            body["stream_options"] = {"include_usage": True}
-        n_top = max(req.logprobs, top)
-        base = self.api_base(worker)
-        if req.chat:
-            messages = ([{"role": "system", "content": req.system}] if req.system else [])
-            body["messages"] = messages + [{"role": "user", "content": req.prompt}]
-            if req.assistant_prefix:  # continue the assistant turn (vLLM/SGLang chat-template options)
-                body["messages"].append({"role": "assistant", "content": req.assistant_prefix})
-                body.update(continue_final_message=True, add_generation_prompt=False)
-            if n_top:
-                body.update(logprobs=True, top_logprobs=min(n_top, 20))
-            url, parse = base + "/chat/completions", self._parse_chat
-        else:
-            body["prompt"] = req.prompt
-            if n_top:
-                body["logprobs"] = n_top
-            url, parse = base + "/completions", self._parse_completion
+        body, chat = request_body(req, await self._model_for(worker), max(req.logprobs, top), self.stream_usage)
         body.update(self.extra_body)
         body["stream"] = True
-        return url, body, parse
+        if chat:
+            return self.api_base(worker) + "/chat/completions", body, self._parse_chat
+        return self.api_base(worker) + "/completions", body, self._parse_completion
 
-    @staticmethod
-    def _usage(data: dict, st: StreamState) -> None:
-        usage = data.get("usage")
-        if isinstance(usage, dict):
-            st.completion_tokens = usage.get("completion_tokens", st.completion_tokens)
-            st.prompt_tokens = usage.get("prompt_tokens", st.prompt_tokens)
-            details = usage.get("prompt_tokens_details") or {}
-            st.cached_tokens = int(details.get("cached_tokens") or 0)
-
-    def _parse_completion(self, data: dict, st: StreamState) -> None:
-        self._usage(data, st)
-        for ch in data.get("choices") or []:
-            if ch.get("index", 0) != 0:
-                continue
-            text, lp = ch.get("text") or "", ch.get("logprobs") or {}
-            toks = lp.get("tokens") or []
-            st.logprobs.extend(float(x) for x in lp.get("token_logprobs") or [] if x is not None)
-            tops = lp.get("top_logprobs") or []
-            if st.first_top is None and tops and isinstance(tops[0], dict):
-                st.first_top = {str(k): float(v) for k, v in tops[0].items()}
-            st.text.append(text)
-            st.chunks += len(toks) if toks else (1 if text else 0)
-            st.finish = ch.get("finish_reason") or st.finish
-
-    def _parse_chat(self, data: dict, st: StreamState) -> None:
-        self._usage(data, st)
-        for ch in data.get("choices") or []:
-            if ch.get("index", 0) != 0:
-                continue
-            text = (ch.get("delta") or {}).get("content") or ""
-            content = (ch.get("logprobs") or {}).get("content") or []
-            for item in content:
-                st.logprobs.append(float(item.get("logprob", 0.0)))
-                if st.first_top is None and item.get("top_logprobs"):
-                    st.first_top = {str(t["token"]): float(t["logprob"]) for t in item["top_logprobs"]}
-            st.text.append(text)
-            st.chunks += len(content) if content else (1 if text else 0)
-            st.finish = ch.get("finish_reason") or st.finish
+    _usage = staticmethod(usage)
+    _parse_completion = staticmethod(parse_completion)
+    _parse_chat = staticmethod(parse_chat)
 
     # ---- the streaming core ------------------------------------------------------------------
     async def _stream(self, req: GenRequest, live: _Live, st: StreamState, top: int) -> None:

@@ -2,7 +2,8 @@
 
 Tokens are ``" w0", " w1", ...``; the worker's ``name`` is the first token so tests can see
 which worker answered. ``status`` forces an error reply; ``usage`` toggles the usage chunk;
-``logprobs`` toggles top-logprob support (off: the fields are ignored, like many servers).
+``logprobs`` toggles top-logprob support (off: the fields are ignored, like many servers);
+``stream_error`` sends an error event inside a 200 stream.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ class FakeOpenAIWorker:
     logprobs: bool = True
     token_delay: float = 0.0
     redirect_to: str | None = None
+    stream_error: dict | None = None  # sent as the first event of a 200 stream (as vLLM/SGLang do)
     bodies: list[dict] = field(default_factory=list)
     disconnects: int = 0
 
@@ -56,6 +58,9 @@ class FakeOpenAIWorker:
         chat = "messages" in body
         n = int(body.get("max_tokens", 16))
         tokens = [self.name] + [f" w{i}" for i in range(1, n)]
+        if self.stream_error is not None:
+            yield json.dumps({"error": self.stream_error})
+            return
         try:
             for i, tok in enumerate(tokens):
                 if self.token_delay:

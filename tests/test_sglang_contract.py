@@ -454,6 +454,25 @@ async def test_abort_uses_the_admin_key_and_failures_are_counted():
     await srv.close()
 
 
+async def test_abort_failures_reach_the_server_metrics():
+    pytest.importorskip("starlette", reason="certa serve needs starlette (pip install 'certa[serve]')")
+    from certa.serve import Server
+
+    srv = await _server(admin_api_key="adm")
+    b = SGLangHTTPBackend(srv.url)
+    server = Server("sc", b)
+    task = asyncio.ensure_future(b.generate(GenRequest(prompt="x", max_tokens=10_000, rid="m1")))
+    await _until(lambda: W("m1") in srv.core.states)
+    await b.abort("m1")
+    await task
+    assert server.metrics()["backend"]["abort_failures"] == 1
+    text = server.prometheus()
+    assert "certa_backend_abort_failures_total 1" in text and "certa_backend_workers_down 0" in text
+    srv.core.abort_request(abort_all=True)
+    await b.close()
+    await srv.close()
+
+
 async def test_abort_failure_is_reported(caplog):
     srv = await _server(admin_api_key="adm")
     b = SGLangHTTPBackend(srv.url)

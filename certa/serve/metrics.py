@@ -140,6 +140,10 @@ def render_prometheus(s: Mapping[str, Any], info: Mapping[str, str] | None = Non
            [(s["queue_depth"], None)])
     metric("certa_backend_requests_inflight", "gauge", "Backend requests in flight.",
            [(s["backend_requests_inflight"], None)])
+    for name, value in sorted((s.get("backend") or {}).items()):  # the backend's own counters (docs/backends.md)
+        gauge = name.endswith("_down")
+        metric(f"certa_backend_{name}" + ("" if gauge else "_total"), "gauge" if gauge else "counter",
+               f"Backend {'gauge' if gauge else 'counter'} {name}.", [(value, None)])
     lat = s["latency"]
     rows: list[tuple[float, Mapping[str, str] | None]] = [
         (n, {"le": _num(le)}) for le, n in lat["buckets"].items()]

@@ -165,7 +165,14 @@ class Server:
             inflight = len(self.runtime.backend.live_rids())
         except Exception:  # noqa: BLE001 - a backend that cannot tell still gets metrics
             inflight = sched.inflight
-        return self.stats.snapshot(running=self.running, queue_depth=sched.queue_depth, inflight_requests=inflight)
+        snap = self.stats.snapshot(running=self.running, queue_depth=sched.queue_depth, inflight_requests=inflight)
+        backend_metrics = getattr(self.runtime.backend, "metrics", None)  # HTTP backends: aborts, failovers
+        if callable(backend_metrics):
+            try:
+                snap["backend"] = {k: int(v) for k, v in backend_metrics().items()}
+            except Exception:  # noqa: BLE001 - a backend's counters never break the server's metrics
+                pass
+        return snap
 
     def prometheus(self) -> str:
         """The metrics in Prometheus text format (what ``/metrics`` serves)."""

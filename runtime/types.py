@@ -97,8 +97,6 @@ class Capabilities:
     score: bool = True
     logprobs: bool = False
     priority: bool = False  # honours request priority itself
-    prefix_sharing: bool = False
-    batch_hook: bool = False  # lets certa's scheduler choose each iteration's batch
     name: str = "backend"
 
 

@@ -73,8 +73,8 @@ class TestLlamaCpp(BackendConformance):
 
 async def test_capabilities(llama):
     c = llama.capabilities
-    assert (c.rollback_probe, c.score, c.logprobs, c.prefix_sharing, c.batch_hook, c.name) == \
-        (True, True, True, True, True, "llamacpp")
+    assert (c.rollback_probe, c.score, c.logprobs, c.priority, c.name) == (True, True, True, False, "llamacpp")
+    assert llama.attach_scheduler  # the engine orders its own batches by certa's scheduler
 
 
 async def test_fanout_prefills_shared_prompt_once(llama):

@@ -55,7 +55,6 @@ class ProgramInfo:
     tokens_per_step: float | None = None
     deadline: float | None = None
     inflight: int = 0
-    attained: float = 0.0  # service received (decode tokens), for LAS-style aging
     name: str = ""
     prefix_tokens: int = 0
     prefix_resident: bool = False

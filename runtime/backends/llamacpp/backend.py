@@ -68,7 +68,7 @@ class LlamaCppBackend(Backend):
             raise
         self.seed = seed
         self.capabilities = Capabilities(rollback_probe=True, score=True, logprobs=True, priority=False,
-                                         prefix_sharing=True, batch_hook=True, name="llamacpp")
+                                         name="llamacpp")
 
     # ---- scheduler hook -------------------------------------------------------------
     def attach_scheduler(self, scheduler: Scheduler | None) -> None:

@@ -106,7 +106,7 @@ class SGLangEngineBackend(Backend):
         self.score_top_logprobs = score_top_logprobs
         self._live: dict[str, list[Any]] = {}  # rid -> [task, aborted]
         self._closed = False
-        self.capabilities = Capabilities(score=True, logprobs=True, priority=True, prefix_sharing=True, name="sglang")
+        self.capabilities = Capabilities(score=True, logprobs=True, priority=True, name="sglang")
 
     # ---- helpers ---------------------------------------------------------------------------
     def priority_of(self, req: Any) -> int:

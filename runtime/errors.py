@@ -81,10 +81,6 @@ class BackendError(RuntimeFailure):
         super().__init__(message, **where)
 
 
-class RequestAbortedError(RuntimeFailure):
-    code, name = "CT204", "request-aborted"
-
-
 class LimitExceededError(RuntimeFailure):
     """An input is over a configured limit (prompt size, fan-out, tokens)."""
 
@@ -106,7 +102,7 @@ class ModelIntegrityError(ConfigError):
 
 
 ALL_ERRORS: tuple[type[CertaError], ...] = (
-    CertaError, RuntimeFailure, StepFailedError, CertaindexRangeError, BackendError, RequestAbortedError,
+    CertaError, RuntimeFailure, StepFailedError, CertaindexRangeError, BackendError,
     LimitExceededError, ConfigError, ModelNotFoundError, ModelIntegrityError,
 )
 """The runtime's error classes; each layer above lists its own (``certa.dsl.errors``,

@@ -16,8 +16,7 @@ Example:
 from __future__ import annotations
 
 from certa.dsl.errors import CompileError
-from certa.runtime.errors import (BackendError, CertaError, ConfigError, LimitExceededError, RequestAbortedError,
-                                  RuntimeFailure)
+from certa.runtime.errors import BackendError, CertaError, ConfigError, LimitExceededError, RuntimeFailure
 
 __all__ = ["BadRequestError", "ServerBusyError", "ShuttingDownError", "UnknownModelError", "error_type",
            "http_status"]
@@ -63,7 +62,6 @@ _STATUS: tuple[tuple[type[CertaError], int, str], ...] = (
     (ConfigError, 400, "invalid_request_error"),
     (CompileError, 400, "invalid_request_error"),
     (BackendError, 502, "server_error"),
-    (RequestAbortedError, 502, "server_error"),
 )
 
 

@@ -27,7 +27,7 @@ from pathlib import Path
 from certa.cli_sim import plot_sweep, print_summary, simulate_workload
 from certa.runtime.errors import CertaError
 from certa.runtime.scheduling.policies import POLICIES
-from certa.runtime.sim.workload import ProgramConfig
+from certa.simulation.workload import ProgramConfig
 
 ABLATIONS = {
     "scheduling-only (every policy exits on certaindex)": {"exit_mode": "all"},

@@ -35,9 +35,9 @@ from certa.runtime.backends.llamacpp.backend import LlamaCppBackend
 from certa.runtime.sim.cost_model import save_records
 from certa.runtime.sim.engine import EngineConfig
 from certa.runtime.sim.fit import fit_cost_model, iteration_errors, validate
-from certa.runtime.sim.simulator import simulate
+from certa.simulation.simulator import simulate
 from certa.eval.traces import Sample, TraceProblem
-from certa.runtime.sim.workload import ProgramConfig, ProgramSpec
+from certa.simulation.workload import ProgramConfig, ProgramSpec
 from certa.runtime.types import GenRequest
 
 SYSTEM = "Please reason step by step, and put your final answer within \\boxed{}."

@@ -1,7 +1,7 @@
 """``certa sim``: the serving SIMULATOR from the command line (simulate a workload, fit the cost model).
 
 Plain functions for other front ends: :func:`simulate_workload` (the online SLO experiment
-of :mod:`certa.runtime.sim.sweep`, optionally writing JSON and PNG plots),
+of :mod:`certa.simulation.sweep`, optionally writing JSON and PNG plots),
 :func:`fit_records` (fit ``t = a + b·N + c·K + d·P`` to an iteration log) and
 :func:`plot_sweep`.
 
@@ -12,7 +12,6 @@ Example:
 
 from __future__ import annotations
 
-import functools
 import json
 import pathlib
 from collections.abc import Callable, Sequence
@@ -29,10 +28,10 @@ from rich.table import Table
 from certa.runtime.errors import CertaError, ConfigError
 from certa.runtime.sim.cost_model import load_records
 from certa.runtime.sim.fit import FitReport, fit_cost_model
-from certa.runtime.sim.sweep import SweepSpec, run_sweep
-from certa.runtime.sim.synth import synth_traces
 from certa.eval.traces import load_traces
-from certa.runtime.sim.workload import ProgramConfig
+from certa.simulation.sweep import SweepSpec, run_sweep
+from certa.simulation.synth import synth_traces
+from certa.simulation.workload import ProgramConfig
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Serving SIMULATOR (cost-model estimates, no model runs): online SLO experiments and "
@@ -44,48 +43,23 @@ POLICY_COLORS = {"fcfs": "#6b7280", "lpm": "#0891b2", "app-fifo": "#ca8a04", "ce
                  "certa": "#dc2626"}
 
 
-def library_signals() -> dict[str, Callable[..., float]]:
-    """``ProgramConfig`` fields that make trace replay use :mod:`certa.algorithms.signals`
-    (math-equivalence clusters, as the SC and CoT programs do), memoised for speed."""
-    from certa.algorithms.signals import entropy_certainty, probe_consistency
-
-    @functools.lru_cache(maxsize=None)
-    def sc(answers: tuple) -> float:
-        return entropy_certainty(list(answers), same="math")
-
-    @functools.lru_cache(maxsize=None)
-    def cot(window: tuple) -> float:
-        return probe_consistency([(a or "", a or "") for a in window], k=len(window))
-
-    def sc_signal(answers: Sequence[str | None]) -> float:  # entropy ignores order: sort for the cache
-        return sc(tuple(sorted(answers, key=lambda a: (a is None, a or ""))))
-
-    def cot_signal(answers: Sequence[str | None], k: int) -> float:
-        return cot(tuple(answers[-k:])) if len(answers) >= k else 0.0
-
-    return {"sc_signal": sc_signal, "cot_signal": cot_signal}
-
-
 def simulate_workload(workload: str | pathlib.Path | None, policies: Sequence[str], *,
                       json_out: str | pathlib.Path | None = None, png_dir: str | pathlib.Path | None = None,
                       synthetic: int = 100, seed: int = 0, progress: Callable[[str], None] | None = None,
                       program: ProgramConfig | None = None, **spec: Any) -> dict[str, Any]:
     """Run the online SLO experiment on a trace file (or ``synthetic`` seeded synthetic problems).
 
-    ``spec`` holds :class:`~certa.runtime.sim.sweep.SweepSpec` fields (``preset``, ``rates``,
-    ``slo_scale``, ``deadline``, ``exit_mode``, ...). Certaindex comes from
-    :func:`library_signals` unless ``program`` sets its own. Returns the result dict; writes
-    it as JSON to ``json_out`` and plots to ``png_dir`` when given.
+    ``spec`` holds :class:`~certa.simulation.sweep.SweepSpec` fields (``preset``, ``rates``,
+    ``slo_scale``, ``deadline``, ``exit_mode``, ...); ``program`` the programs' configuration.
+    Returns the result dict; writes it as JSON to ``json_out`` and plots to ``png_dir`` when given.
     """
     if workload is not None:
         problems = load_traces(workload)
         source = str(workload)
     else:
         problems = synth_traces(synthetic, seed=seed)
-        source = f"synthetic (certa.runtime.sim.synth, n={synthetic}, seed={seed})"
+        source = f"synthetic (certa.simulation.synth, n={synthetic}, seed={seed})"
     program = program or ProgramConfig()
-    if program.sc_signal is None and program.cot_signal is None:
-        program = replace(program, **library_signals())
     sweep = SweepSpec(policies=list(policies), seed=seed, program=program, **spec)
     result = run_sweep(problems, sweep, progress)
     result["workload"]["source"] = source
@@ -271,4 +245,4 @@ def fit(
               f"d={m.d * 1e3:.4g} ms/pair  MAPE {rep.mape:.1%} (max {rep.max_rel_err:.1%})", soft_wrap=True)
 
 
-__all__ = ["app", "fit", "fit_records", "library_signals", "plot_sweep", "print_summary", "simulate", "simulate_workload"]
+__all__ = ["app", "fit", "fit_records", "plot_sweep", "print_summary", "simulate", "simulate_workload"]

@@ -221,7 +221,7 @@ def plot_slo(result: dict[str, Any], path: str | os.PathLike[str] | None = None,
              title: str | None = None) -> "Figure":
     """SLO attainment vs arrival rate and vs SLO scale, one line per scheduling policy.
 
-    ``result`` is what :func:`certa.runtime.sim.sweep.run_sweep` returns (the JSON of
+    ``result`` is what :func:`certa.simulation.sweep.run_sweep` returns (the JSON of
     ``certa sim simulate``). The dashed line is the attainment target (90% by default).
     """
     sweep, slo = result.get("rate_sweep"), result.get("slo_sweep")

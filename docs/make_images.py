@@ -21,8 +21,8 @@ from certa.algorithms.programs.mcts import mcts_program
 from certa.algorithms.programs.rebase import rebase_program
 from certa.drawing import draw_png, draw_tree
 from certa.plots import plot_certaindex, plot_slo, plot_tokens_accuracy
-from certa.runtime.sim.sweep import SweepSpec, run_sweep
-from certa.runtime.sim.synth import synth_traces
+from certa.simulation.sweep import SweepSpec, run_sweep
+from certa.simulation.synth import synth_traces
 
 OUT = pathlib.Path(__file__).resolve().parent / "img"
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from certa.runtime.sim.synth import synth_traces, write_synth
+from certa.simulation.synth import synth_traces, write_synth
 
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "cot_default.py"
 

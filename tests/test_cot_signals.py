@@ -20,7 +20,7 @@ from certa.algorithms.signals import ProbeObs
 from certa.eval.replay_backend import text_at
 from certa.eval.errors import TraceFormatError
 from certa.runtime.errors import ConfigError
-from certa.runtime.sim.synth import synth_traces
+from certa.simulation.synth import synth_traces
 from certa.eval.traces import parse_trace_line
 
 
@@ -175,7 +175,7 @@ def test_calibrated_cot_policy_file_rebuilds_the_program_in_certa_run(tmp_path):
     from typer.testing import CliRunner
 
     from certa.cli import app
-    from certa.runtime.sim.synth import write_synth
+    from certa.simulation.synth import write_synth
     traces = write_synth(tmp_path / "t.jsonl", 12, seed=1, samples=4, probed=2, interval=32, mean_tokens=300,
                          max_tokens=512)
     runner = CliRunner()

@@ -142,8 +142,8 @@ def test_module_examples_run():
 def test_tokens_accuracy_and_slo_plots_read_the_reports(tmp_path):
     from certa.eval.bench_tokens import bench_tokens
     from certa.plots import plot_slo, plot_tokens_accuracy
-    from certa.runtime.sim.sweep import SweepSpec, run_sweep
-    from certa.runtime.sim.synth import synth_traces
+    from certa.simulation.sweep import SweepSpec, run_sweep
+    from certa.simulation.synth import synth_traces
 
     traces = synth_traces(10, seed=0, samples=6, probed=2)
     fig = plot_tokens_accuracy(bench_tokens(traces, "sc", reps=20), tmp_path / "tokens.png")

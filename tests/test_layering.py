@@ -30,14 +30,7 @@ RANK = {name: i for i, name in enumerate(LAYERS)}
 # trace-driven simulator workload moves above the algorithms). Each entry names one import:
 # (importing module, imported module). The rule itself is not relaxed: remove an entry as soon
 # as its import is gone (test_allow_list_has_no_stale_entries fails on a stale one).
-ALLOWED: set[tuple[str, str]] = {
-    # the simulator's trace-driven workload reads the trace format (certa.eval.traces); engineer
-    # H1b is moving it above the algorithms (issue 16 item 1)
-    ("certa.runtime.sim", "certa.eval.traces"),
-    ("certa.runtime.sim.sweep", "certa.eval.traces"),
-    ("certa.runtime.sim.synth", "certa.eval.traces"),
-    ("certa.runtime.sim.workload", "certa.eval.traces"),
-}
+ALLOWED: set[tuple[str, str]] = set()
 
 LAZY_REF = re.compile(r"^certa(\.\w+)+:\w+$")  # a "module:attr" reference a registry imports later
 

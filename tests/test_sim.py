@@ -1,4 +1,4 @@
-"""The discrete-event serving simulator: cost model, engine, fit, traces, workloads, metrics."""
+"""The serving simulator: cost model, engine, virtual clock, simulated backend, fit, traces, workloads, metrics."""
 
 from __future__ import annotations
 
@@ -10,16 +10,19 @@ import pytest
 
 from certa.eval.errors import TraceFormatError
 from certa.runtime.errors import ConfigError
-from certa.runtime.sim.certainty import entropy_certainty, hesitant, majority, normalize, probe_certainty
+from certa.algorithms.signals import entropy_certainty
+from certa.eval.replay_backend import estimate_probe_tokens
+from certa.eval.traces import Probe, Sample, TraceProblem, load_traces
+from certa.runtime.sim.clock import SimulationStalledError, VirtualClockLoop, run_virtual
 from certa.runtime.sim.cost_model import CostModel, IterationRecord, RecordWriter, load_records, prefill_pairs
 from certa.runtime.sim.engine import EngineConfig, SimEngine, SimRequest
 from certa.runtime.sim.fit import fit_cost_model, validate
 from certa.runtime.sim.metrics import attainment, max_rate_at, percentile, summarize
 from certa.runtime.sim.presets import PRESETS, get_preset
-from certa.runtime.sim.simulator import simulate, standalone_latency
-from certa.runtime.sim.synth import synth_traces, write_synth
-from certa.eval.traces import Probe, Sample, TraceProblem, load_traces
-from certa.runtime.sim.workload import ProgramConfig, ProgramSpec, make_workload, poisson_arrivals
+from certa.simulation.programs import make_program
+from certa.simulation.simulator import simulate, standalone_latency
+from certa.simulation.synth import synth_traces, write_synth
+from certa.simulation.workload import ProgramConfig, ProgramSpec, make_workload, poisson_arrivals
 
 COST = CostModel(a=0.01, b=0.001, c=1e-5, d=1e-7)
 
@@ -200,18 +203,6 @@ def test_trace_roundtrip_and_validation(tmp_path):
         load_traces(tmp_path / "empty.jsonl")
 
 
-def test_certainty_signals():
-    assert entropy_certainty(["4", "4.0", " 4 "]) == 1.0
-    assert entropy_certainty(["1", "2", "3", "4"]) == 0.0
-    assert entropy_certainty([None, None]) == 0.0  # unextracted answers never agree
-    assert entropy_certainty(["7"]) == 0.0
-    assert majority(["2", "3", "3", None]) == "3" and normalize("\\boxed{12}") == "12"
-    assert probe_certainty(["", "5", "5", "5"], k=3) == 1.0
-    assert probe_certainty(["5", "5"], k=3) == 0.0
-    assert probe_certainty(["5", "6", "5"], k=3) == pytest.approx(2 / 3)
-    assert hesitant("hmm, 5") and hesitant("Wait") and not hesitant("nothing known")  # whole words only
-
-
 # ---- workloads ------------------------------------------------------------------------
 def sample(pred: str, tokens: int = 300, probes: list[tuple[int, str]] = ()) -> Sample:
     return Sample(tokens=tokens, finished=True, pred=pred, correct=pred == "3",
@@ -240,9 +231,21 @@ def test_cot_replay_exits_on_consistent_probes():
     prob = TraceProblem(idx=0, gold="3", interval=64, samples=[sample("3", tokens=1000, probes=probes)])
     rec = run_one(prob, "cot", True, window=3)
     assert rec.exit_reason == "certaindex" and rec.main_tokens == 320 and rec.correct
-    assert rec.tokens == 320 + 5 * 20  # five probes of 20 tokens each
+    # five probes, each costing what the replay backend charges for its recorded answer
+    assert rec.tokens == 320 + sum(estimate_probe_tokens(a) for _, a in probes[:5])
     base = run_one(prob, "cot", False)
     assert base.exit_reason == "done" and base.main_tokens == 1000 and base.requests == 1
+
+
+def test_cot_probe_decision_uses_math_equal():
+    # "0.5", "\\frac{1}{2}" and "1/2" are one answer: the old string compare never exited here
+    probes = [(64, "0.5"), (128, "\\frac{1}{2}"), (192, "1/2"), (256, "7"), (320, "7")]
+    prob = TraceProblem(idx=0, gold="\\frac{1}{2}", interval=64,
+                        samples=[Sample(tokens=400, finished=True, pred="7", correct=False,
+                                        probes=[Probe(at=a, answer=x) for a, x in probes])])
+    rec = run_one(prob, "cot", True, window=3)
+    assert rec.exit_reason == "certaindex" and rec.main_tokens == 192
+    assert rec.correct  # the probe answer "1/2" is graded against the gold with math_equal
 
 
 def test_poisson_arrivals_and_workloads_are_seeded():
@@ -288,7 +291,7 @@ def test_metrics():
 
 # ---- sweep and CLI ----------------------------------------------------------------------
 def test_sweep_reports_max_rates_ratios_and_slo_scales():
-    from certa.runtime.sim.sweep import SweepSpec, run_sweep
+    from certa.simulation.sweep import SweepSpec, run_sweep
     spec = SweepSpec(policies=["fcfs", "app-fifo", "certa"], n_programs=20, rates=[0.05, 0.2, 0.8, 3.2],
                      rate_scales=[5.0], refine=1)
     out = run_sweep(synth_traces(8, seed=0, samples=8), spec)
@@ -328,7 +331,7 @@ def test_cli_simulate_and_fit(tmp_path):
 def test_sweep_plots(tmp_path):
     pytest.importorskip("matplotlib")
     from certa.cli_sim import plot_sweep
-    from certa.runtime.sim.sweep import SweepSpec, run_sweep
+    from certa.simulation.sweep import SweepSpec, run_sweep
     out = run_sweep(synth_traces(4, seed=0, samples=4), SweepSpec(policies=["fcfs", "certa"], n_programs=6,
                                                                  rates=[0.1, 1.0], rate_scales=[], refine=0))
     paths = plot_sweep(out, tmp_path)
@@ -337,23 +340,82 @@ def test_sweep_plots(tmp_path):
     assert all(p.stat().st_size > 1000 for p in paths)
 
 
-def test_replay_with_the_algorithm_librarys_signals():
-    from certa.cli_sim import library_signals
-    sig = library_signals()
-    assert sig["sc_signal"](["4", "4.0", "4"]) == 1.0  # math equivalence
-    agree = TraceProblem(idx=0, gold="3", samples=[sample("3") for _ in range(8)])
-    rec = run_one(agree, "sc", True, fanout=2, budget=8, tau=0.55, detect_at=4, **sig)
-    assert rec.exit_reason == "certaindex" and rec.knob_used == 4
-    probes = [(64, ""), (128, "wait 9"), (192, "3"), (256, "3"), (320, "3.0"), (384, "3")]
-    prob = TraceProblem(idx=0, gold="3", interval=64, samples=[sample("3", tokens=1000, probes=probes)])
-    assert run_one(prob, "cot", True, window=3, **sig).main_tokens == 320
+def test_sc_certaindex_is_the_algorithm_librarys_entropy():
+    answers = ["4", "4.0", "\\frac{8}{2}", "5", "", "5", "4"]
+    prob = TraceProblem(idx=0, gold="4", samples=[sample(a, tokens=100 + 10 * i) for i, a in enumerate(answers)])
+    rec = run_one(prob, "sc", False, fanout=2, budget=len(answers))
+    assert rec.knob_used == len(answers) and rec.exit_reason == "cap"
+    prog = make_program(ProgramSpec("y", 0.0, prob), ProgramConfig(fanout=2, budget=len(answers)), early_exit=False)
+    for n in range(1, len(answers) + 1):
+        prog.state.answers = answers[:n]
+        assert prog.update_certaindex()["agreement"] == entropy_certainty(answers[:n], same="math")
+    assert entropy_certainty(answers[:3], same="math") == 1.0  # math equivalence, not string equality
+    assert prog.answer() == "4"
+
+
+# ---- virtual clock and the simulated backend -------------------------------------------
+def test_virtual_clock_jumps_to_the_next_timer_and_runs_idle_callbacks_first():
+    import asyncio
+    import time
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        seen = []
+        loop.call_when_idle(lambda: seen.append(("idle", loop.time(), loop.next_deadline())))
+        t0 = time.perf_counter()
+        await asyncio.gather(asyncio.sleep(5.0), asyncio.sleep(2.5))
+        seen.append(("woke", loop.time()))
+        await asyncio.sleep(86_400.0 * 3)  # three simulated days, beyond asyncio's longest select
+        return seen, loop.time(), time.perf_counter() - t0
+
+    seen, end, wall = run_virtual(main())
+    assert seen == [("idle", 0.0, 2.5), ("woke", 5.0)]
+    assert end == 5.0 + 86_400.0 * 3 and wall < 1.0
+    assert isinstance(VirtualClockLoop().time(), float)
+
+    async def deadlock():
+        await asyncio.get_running_loop().create_future()
+
+    with pytest.raises(SimulationStalledError):
+        run_virtual(deadlock())
+
+
+def test_sim_backend_runs_real_programs_in_simulated_time_and_counts_aborted_tokens():
+    from certa.eval.replay_backend import ReplayBackend
+    from certa.runtime import Runtime
+    from certa.runtime.scheduling.scheduler import Scheduler
+    from certa.runtime.sim.backend import SimBackend
+
+    prob = TraceProblem(idx=0, gold="3", samples=[sample("3", tokens=t) for t in (100, 200, 300, 400)])
+    cost = CostModel(a=0.01, b=0.0, c=0.0, d=0.0)
+    prog = make_program(ProgramSpec("p", 0.0, prob), ProgramConfig(fanout=4, budget=4, tau=0.5, detect_at=2),
+                        early_exit=True)
+
+    async def main():
+        import asyncio
+        loop = asyncio.get_running_loop()
+        sim = SimBackend(ReplayBackend([prob]), EngineConfig(100_000), cost)
+        rt = Runtime(sim, scheduler=Scheduler(clock=loop.time))
+        res = await rt.run(prog)
+        end = loop.time()
+        await rt.run(make_program(ProgramSpec("q", 0.0, prob), ProgramConfig(budget=1), early_exit=False))
+        return res, end, sim
+
+    res, end, sim = run_virtual(main())
+    # one prefill iteration (the first sample's first token; the others hit the cached prompt),
+    # then all four decode one token per 0.01 s; the 200-token sample ends at iteration 201:
+    # 2 answers agree, certaindex 1.0 >= 0.5, and the two samples still decoding are aborted
+    assert res.exit_reason == "certaindex" and res.tokens.main == 300 and end == pytest.approx(2.01)
+    assert sim.wasted[prog.program_id].main == 2 * 200 and not sim.live_rids()
+    assert prog.program_id not in sim.engine.prefix  # an ended program's prefix is dropped at the next step
 
 
 @pytest.mark.parametrize("module", [
-    "certa.runtime.scheduling.scheduler", "certa.runtime.scheduling.policies", "certa.runtime.scheduling.admission", "certa.runtime.sim",
-    "certa.runtime.sim.certainty", "certa.runtime.sim.cost_model", "certa.runtime.sim.engine",
-    "certa.runtime.sim.fit", "certa.runtime.sim.metrics", "certa.runtime.sim.presets", "certa.runtime.sim.simulator",
-    "certa.runtime.sim.sweep", "certa.runtime.sim.synth", "certa.eval.traces", "certa.runtime.sim.workload",
+    "certa.runtime.scheduling.scheduler", "certa.runtime.scheduling.policies", "certa.runtime.scheduling.admission",
+    "certa.runtime.sim", "certa.runtime.sim.backend", "certa.runtime.sim.clock", "certa.runtime.sim.cost_model",
+    "certa.runtime.sim.engine", "certa.runtime.sim.estimates", "certa.runtime.sim.fit", "certa.runtime.sim.metrics",
+    "certa.runtime.sim.presets", "certa.simulation", "certa.simulation.programs", "certa.simulation.simulator",
+    "certa.simulation.sweep", "certa.simulation.synth", "certa.eval.traces", "certa.simulation.workload",
 ])
 def test_docstring_examples_run(module):
     import doctest

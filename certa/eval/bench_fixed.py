@@ -17,7 +17,7 @@ idx >= 300) are refused unless ``final=True``, which marks the report a final re
 ``adaptive-consistency``, ``certa-threshold``: the paper's rule as ``sc_program`` used it).
 
 Example:
-    >>> from certa.runtime.sim.synth import synth_traces
+    >>> from certa.simulation.synth import synth_traces
     >>> r = bench_fixed(synth_traces(6, seed=0, samples=8, probed=0), {"sc-default": preset("sc-default")},
     ...                 orders=2, reps=50)
     >>> r["methods"]["baseline-even"]["iso_token_ratio"], "even(7)" in r["methods"], r["final"]

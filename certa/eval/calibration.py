@@ -16,7 +16,7 @@ check) and the certaindex variants of :mod:`~certa.eval.cot_grid` (``grounded``,
 ``confident``, ``progress``, ``settled``, ``certa``).
 
 Example:
-    >>> from certa.runtime.sim.synth import synth_traces
+    >>> from certa.simulation.synth import synth_traces
     >>> probs = synth_traces(12, seed=0, samples=8, probed=2)
     >>> out = calibrate_split(probs, "sc", cal_fraction=0.5, seed=0, reps=100)
     >>> out["policy"]["kind"], out["calibration"]["accuracy_delta"] >= 0
@@ -102,7 +102,7 @@ def split_problems(problems: Sequence[TraceProblem], cal_fraction: float, seed: 
                    ) -> tuple[list[TraceProblem], list[TraceProblem]]:
     """Seeded shuffle of the problems (sorted by idx first) into (calibration, held-out).
 
-    >>> from certa.runtime.sim.synth import synth_traces
+    >>> from certa.simulation.synth import synth_traces
     >>> cal, held = split_problems(synth_traces(10, seed=0, samples=2, probed=0), 0.3, seed=1)
     >>> len(cal), len(held), {p.idx for p in cal} & {p.idx for p in held}
     (3, 7, set())

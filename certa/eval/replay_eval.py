@@ -8,7 +8,7 @@ token means and the bootstrap.
 
 Example:
     >>> from certa.runtime.policy import Even, Threshold
-    >>> from certa.runtime.sim.synth import synth_traces
+    >>> from certa.simulation.synth import synth_traces
     >>> r = Replayer(synth_traces(6, seed=0, samples=8, probed=2), "sc", seed=0)
     >>> full, early = r.run(Even(8)), r.run(Threshold(1.0, detect_at=3))
     >>> early.mean_tokens < full.mean_tokens, len(early.idx)

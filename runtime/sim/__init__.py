@@ -1,40 +1,34 @@
-"""certa.runtime.sim: a discrete-event SIMULATOR of LLM serving for reasoning programs.
+"""certa.runtime.sim: the generic pieces of a serving SIMULATOR (no model runs).
 
-No model runs here. Programs replay reasoning traces (their certaindex decisions are the
-real ones, computed from the traces' answers and probes), pass through certa's own
-:class:`~certa.runtime.scheduling.scheduler.Scheduler` and policy objects, and run on a simulated
-continuous-batching engine whose iteration time is ``t = a + b·N + c·K + d·P``. Hardware
-presets are ESTIMATES from public specs; fit them to a real engine with :mod:`.fit`.
-
-Modules: ``cost_model`` (model, IterationRecord, JSONL log), ``presets``, ``fit`` (NNLS fit,
-validate), ``traces`` (pydantic trace format), ``synth`` (seeded synthetic traces),
-``certainty`` (replay signals), ``engine`` (simulated engine), ``workload`` (programs,
-arrivals), ``simulator`` (the event loop), ``metrics``, ``sweep`` (online SLO experiment),
-``plots``.
+A simulated continuous-batching engine whose iteration time is ``t = a + b·N + c·K + d·P``
+(``engine``, ``cost_model``), served to the Runtime as a Backend (``backend.SimBackend``:
+content from any backend, time from the engine) on an event loop with a virtual clock
+(``clock.VirtualClockLoop``), with history-based admission estimates
+(``estimates.HistoryScheduler``). Hardware presets are ESTIMATES from public specs
+(``presets``); fit them to a real engine with ``fit``; ``metrics`` summarises program records.
+The trace-driven workloads and the online SLO experiment are :mod:`certa.simulation`.
 
 Example:
-    >>> from certa.runtime.sim import EngineConfig, get_preset, make_workload, simulate, summarize, synth_traces
-    >>> pre = get_preset("h100-llama-3.1-8b")
-    >>> specs = make_workload(synth_traces(5, seed=0), n=5, rate=0.1, seed=0)
-    >>> summarize(simulate(specs, "certa", EngineConfig(pre.kv_capacity), pre.cost).records)["n"]
-    5
+    >>> from certa.runtime.sim import CostModel, EngineConfig, SimEngine, SimRequest
+    >>> eng = SimEngine(EngineConfig(kv_capacity=10_000), CostModel(a=0.01, b=0.0, c=0.0, d=0.0))
+    >>> eng.add(SimRequest("r1", "p1", prompt=100, output=2))
+    >>> now, done = eng.step(0.0); now, done = eng.step(now)
+    >>> round(now, 3), [r.rid for r in done]
+    (0.02, ['r1'])
 """
 
+from certa.runtime.sim.backend import SimBackend, SimSequence
+from certa.runtime.sim.clock import SimulationStalledError, VirtualClockLoop, run_virtual
 from certa.runtime.sim.cost_model import CostModel, IterationRecord, RecordWriter, load_records, prefill_pairs, save_records
 from certa.runtime.sim.engine import EngineConfig, SimEngine, SimRequest
+from certa.runtime.sim.estimates import HistoryScheduler
 from certa.runtime.sim.fit import FitReport, ValidationReport, fit_cost_model, validate
 from certa.runtime.sim.metrics import max_rate_at, summarize
 from certa.runtime.sim.presets import PRESETS, Preset, get_preset
-from certa.runtime.sim.simulator import ProgramRecord, SimResult, default_limits, simulate, standalone_latency
-from certa.runtime.sim.sweep import SweepSpec, run_sweep
-from certa.runtime.sim.synth import synth_traces, write_synth
-from certa.eval.traces import TraceProblem, dump_traces, load_traces
-from certa.runtime.sim.workload import ProgramConfig, ProgramSpec, make_workload, poisson_arrivals
 
 __all__ = [
-    "CostModel", "EngineConfig", "FitReport", "IterationRecord", "PRESETS", "Preset", "ProgramConfig",
-    "ProgramRecord", "ProgramSpec", "RecordWriter", "SimEngine", "SimRequest", "SimResult", "SweepSpec",
-    "TraceProblem", "ValidationReport", "default_limits", "dump_traces", "fit_cost_model", "get_preset",
-    "load_records", "load_traces", "make_workload", "max_rate_at", "poisson_arrivals", "prefill_pairs", "run_sweep",
-    "save_records", "simulate", "standalone_latency", "summarize", "synth_traces", "validate", "write_synth",
+    "CostModel", "EngineConfig", "FitReport", "HistoryScheduler", "IterationRecord", "PRESETS", "Preset",
+    "RecordWriter", "SimBackend", "SimEngine", "SimRequest", "SimSequence", "SimulationStalledError",
+    "ValidationReport", "VirtualClockLoop", "fit_cost_model", "get_preset", "load_records", "max_rate_at",
+    "prefill_pairs", "run_virtual", "save_records", "summarize", "validate",
 ]

@@ -19,7 +19,7 @@ Gang policies (``app-fifo``, ``certa-nocd``, ``certa``) get certa's admission co
 request to the engine as SGLang does.
 
 Example:
-    >>> from certa.runtime.sim.synth import synth_traces
+    >>> from certa.simulation.synth import synth_traces
     >>> out = run_sweep(synth_traces(6, seed=0), SweepSpec(policies=["fcfs", "certa"], n_programs=12,
     ...                 rates=[0.05, 0.1], slo_scales=[2.0], refine=0))
     >>> sorted(out["max_rate"]), out["simulator"]
@@ -39,9 +39,9 @@ from certa.runtime.scheduling.policies import POLICIES
 from certa.runtime.sim.engine import EngineConfig
 from certa.runtime.sim.metrics import max_rate_at, summarize
 from certa.runtime.sim.presets import get_preset
-from certa.runtime.sim.simulator import SimResult, default_limits, simulate, standalone_latency
 from certa.eval.traces import TraceProblem
-from certa.runtime.sim.workload import ProgramConfig, ProgramSpec, make_workload
+from certa.simulation.simulator import SimResult, default_limits, simulate, standalone_latency
+from certa.simulation.workload import ProgramConfig, ProgramSpec, make_workload
 
 GANG = ("app-fifo", "certa-nocd", "certa")
 

@@ -478,7 +478,7 @@ async def test_abort_failure_is_reported(caplog):
     b = SGLangHTTPBackend(srv.url)
     task = asyncio.ensure_future(b.generate(GenRequest(prompt="x", max_tokens=10_000, rid="r2")))
     await _until(lambda: W("r2") in srv.core.states)
-    with caplog.at_level("WARNING", logger="certa.backends"):
+    with caplog.at_level("WARNING", logger="certa.runtime.backends"):
         await b.abort("r2")
     await task
     assert "HTTP 401" in caplog.text and "admin_api_key" in caplog.text

@@ -100,8 +100,8 @@ class OpenAIBackend(Backend):
         score_top_logprobs: int = 5,
         health_interval: float | None = 2.0,
     ) -> None:
-        self.workers, self._guard = normalise_workers(resolve_urls(type(self).__name__, base_url, urls), allowed_hosts)
-        self.pool = WorkerPool(self.workers, probe=self._probe, interval=health_interval)
+        workers, self._guard = normalise_workers(resolve_urls(type(self).__name__, base_url, urls), allowed_hosts)
+        self.pool = WorkerPool(workers, probe=self._probe, interval=health_interval)
         self.model = model
         self.timeout = float(timeout)
         self.extra_body = dict(extra_body or {})
@@ -115,6 +115,15 @@ class OpenAIBackend(Backend):
         self._logprob_score: bool | None = None  # None: untried
         self._bg: set[asyncio.Future] = set()
         self.capabilities = Capabilities(score=True, logprobs=True, name="openai")
+
+    @property
+    def workers(self) -> list[str]:
+        """The worker URLs (routing reads them from :attr:`pool`; the host guard checks every send)."""
+        return self.pool.workers
+
+    @workers.setter
+    def workers(self, urls: list[str]) -> None:
+        self.pool.workers = list(urls)
 
     def __repr__(self) -> str:  # never shows the api key
         return f"{type(self).__name__}(workers={self.workers!r}, model={self.model!r})"

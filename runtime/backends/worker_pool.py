@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 from certa.runtime.backends.http_common import rank_workers
 
-log = logging.getLogger("certa.backends")
+log = logging.getLogger("certa.runtime.backends")
 
 Probe = Callable[[str], Awaitable[bool]]
 

@@ -42,7 +42,7 @@ from certa.runtime.backends.http_common import StreamState, server_message, wher
 from certa.runtime.backends.openai_http import OpenAIBackend, Parser
 from certa.runtime.backends.sglang.protocol import SeedNotice, abort_error, parse_native, sglang_priority
 
-log = logging.getLogger("certa.backends")
+log = logging.getLogger("certa.runtime.backends")
 
 __all__ = ["SGLangHTTPBackend", "PriorityGate", "parse_native", "sglang_priority"]
 
@@ -118,7 +118,7 @@ class SGLangHTTPBackend(OpenAIBackend):
         admin_api_key: the servers' ``--admin-api-key``: ``/abort_request`` accepts only it
             when it is set (``api_key`` is used when this is None).
         abort_timeout: seconds allowed for an ``/abort_request`` call. A refused or failed
-            abort is logged (``certa.backends``) and counted in :meth:`metrics`.
+            abort is logged (``certa.runtime.backends``) and counted in :meth:`metrics`.
         model, api_key, timeout, extra_body, allowed_hosts, score_top_logprobs,
             health_interval: as for :class:`~certa.runtime.backends.openai_http.OpenAIBackend`.
     """

@@ -40,7 +40,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 BUDGET_S = {"gpu_tests": 180, "engine": 110, "serve": 120}  # caps; + ~1 min to build the engine = 8 min
 TOTAL_S = 470  # the serve phase gets what is left of this (the whole check must end within 8 minutes)
-ENGINE_ARGS = {"mem_fraction_static": 0.5, "max_running_requests": 8}
+ENGINE_ARGS = {"mem_fraction_static": 0.5, "max_running_requests": 32}  # fewer slots than the priority check sends
 
 
 # ---- preflight -------------------------------------------------------------------------------
@@ -126,7 +126,7 @@ async def abort_latency(backend: Any, repeats: int = 3) -> dict[str, Any]:
     return {"repeats": repeats, "max_s": round(max(lat), 4), "mean_s": round(sum(lat) / len(lat), 4)}
 
 
-async def priority_check(backend: Any, n: int = 32) -> dict[str, Any]:
+async def priority_check(backend: Any, n: int = 128) -> dict[str, Any]:
     """More requests than running slots; the urgent half (certa priority 0) is submitted LAST.
     Honoured: the urgent half finishes earlier on average than the lazy half (priority 100)."""
     from certa.runtime.types import GenRequest
@@ -260,7 +260,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--model", default=os.environ.get("CERTA_SGLANG_MODEL"), help="local model directory")
     ap.add_argument("--dry-run", action="store_true", help="no GPU: scripted stand-in, GPU tests not run")
     ap.add_argument("--programs", type=int, default=32, help="SC programs per workload")
-    ap.add_argument("--max-tokens", type=int, default=512, help="decode budget per SC branch")
+    ap.add_argument("--max-tokens", type=int, default=384, help="decode budget per SC branch")
     ap.add_argument("--json", default=None, help="write the report here")
     args = ap.parse_args(argv)
     report = run_check(args.model, dry_run=args.dry_run, n=args.programs, max_tokens=args.max_tokens)

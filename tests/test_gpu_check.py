@@ -33,7 +33,7 @@ def test_dry_run_writes_the_report_from_the_stand_in(tmp_path):
     eng = report["engine"]
     assert eng["sc"]["programs"] == eng["sc"]["ok"] == 4 and eng["sc"]["tokens"] > 0
     assert eng["sc"]["throughput_tok_s"] > 0 and eng["sc"]["tokens_saved"] >= 0
-    assert 0 <= eng["abort_latency"]["max_s"] < 1.0 and eng["priority"]["requests"] == 32
+    assert 0 <= eng["abort_latency"]["max_s"] < 1.0 and eng["priority"]["requests"] == 128
     assert isinstance(eng["priority"]["honoured"], bool)
     assert report["serve"]["status"] == "ok" and report["serve"]["requests"] == 4
     assert report["serve"]["tokens_saved"] is not None
@@ -52,5 +52,5 @@ def test_gpu_mode_commands():
     gc = _load()
     cmd = gc.serve_command("/models/m", 8123, dry_run=False)
     assert cmd[cmd.index("--backend") + 1] == "sglang" and cmd[cmd.index("--model") + 1] == "/models/m"
-    assert "--backend-opt=mem_fraction_static=0.5" in cmd and (ROOT / "tests" / "test_sglang_gpu.py").exists()
+    assert "--backend-opt=mem_fraction_static=0.5" in cmd and gc.ENGINE_ARGS["max_running_requests"] < 128 and (ROOT / "tests" / "test_sglang_gpu.py").exists()
     assert [a for q, a in gc.questions(3)] == ["46", "56", "66"]

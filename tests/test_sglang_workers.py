@@ -138,10 +138,10 @@ class _Steps(rt_mod.Program):
         return False
 
 
-async def _run_programs(backend, srvs, n_programs: int = 6):
+async def _run_programs(backend, srvs, n_programs: int = 6, retry: RetryPolicy | None = None):
     """Run ``n_programs`` through the Runtime, kill the worker serving most of them mid-stream;
     returns the results and the killed worker."""
-    runtime = rt_mod.Runtime(backend, retry=RetryPolicy(max_attempts=4, base_delay=0.05))
+    runtime = rt_mod.Runtime(backend, retry=retry or RetryPolicy(max_attempts=4, base_delay=0.05))
     runs = [asyncio.ensure_future(runtime.run(_Steps())) for _ in range(n_programs)]
     await _until(lambda: sum(len(s.core.running) for s in srvs) >= n_programs, what="all programs running")
     victim = max(srvs, key=lambda s: len(s.core.running))
@@ -249,7 +249,8 @@ async def test_behind_the_real_gateway_affinity_aborts_and_failover(gateway):
     assert [s.name for s in srvs if any(r["rid"] == W("long-1") for r in s.core.received)] == [runner.name]
     assert b.metrics()["abort_failures"] == 0
     # a killed worker's programs finish on the others, nothing lost
-    results, _ = await _run_programs(b, srvs)
+    # the gateway's health check runs every second: retries (bounded) outlast its detection
+    results, _ = await _run_programs(b, srvs, retry=RetryPolicy(max_attempts=6, base_delay=0.2, max_delay=1.0))
     assert all(r.ok for r in results), [r.error for r in results if not r.ok]
     assert all(r.state["outs"] == [(30, "length")] * 4 for r in results)
     await b.close()

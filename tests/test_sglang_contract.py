@@ -268,6 +268,17 @@ async def test_priority_sent_to_a_server_without_priority_scheduling_is_a_config
         await b.generate(GenRequest(prompt="x", rid="r", priority=1.0, program_id="p"))
     assert "--enable-priority-scheduling" in str(e.value) and "server_priority=False" in str(e.value)
     assert e.value.code == "CT300" and len(srv.core.received) == 1
+    import certa.runtime as rt
+
+    class One(rt.Program):
+        knob = rt.Knob("iterations", cap=1)
+
+        async def execute(self, ctx):
+            await ctx.gen("q", max_tokens=2)
+            return False
+
+    res = await rt.Runtime(b).run(One)  # through the runtime: the program fails once, not retried
+    assert not res.ok and "CT300" in str(res.error) and len(srv.core.received) == 2
     eng = FakeEngine(FakeSGLangConfig(abort_on_priority_when_disabled=True, **FAST))
     with pytest.raises(ConfigError, match="--enable-priority-scheduling"):
         await SGLangEngineBackend(engine=eng).generate(GenRequest(prompt="x", rid="r", priority=1.0))

@@ -14,6 +14,8 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from certa.runtime.errors import BackendError, ConfigError
 from certa.runtime.types import GenRequest, ScoreRequest
@@ -372,6 +374,13 @@ def test_wire_rids_are_prefix_free():
     wired = [wire_rid(r) for r in rids]
     assert len(set(wired)) == len(rids)  # one-to-one
     assert not [(a, b) for a in wired for b in wired if a != b and b.startswith(a)]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet="ab%#2-.~", max_size=8), st.text(alphabet="ab%#2-.~", max_size=8))
+def test_no_wire_rid_is_a_prefix_of_another(a, b):
+    if a != b:
+        assert not wire_rid(b).startswith(wire_rid(a)) and wire_rid(a) != wire_rid(b)
 
 
 async def test_aborting_a_rid_spares_rids_it_is_a_prefix_of():

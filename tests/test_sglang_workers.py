@@ -108,6 +108,21 @@ async def test_dead_worker_fails_over_to_the_next_on_the_ring_and_is_readmitted(
         await s.close()
 
 
+async def test_a_single_url_is_marked_up_again_by_a_good_request():
+    (srv,) = await _workers(1)
+    port = srv.port
+    await srv.close()
+    b = SGLangHTTPBackend(srv.url)  # one URL (e.g. a gateway): no prober, nothing to fail over to
+    with pytest.raises(Exception) as e:
+        await b.generate(GenRequest(prompt="q", max_tokens=1, rid="x1", program_id="p"))
+    assert getattr(e.value, "retryable", False) and b.metrics()["workers_down"] == 1
+    await srv.start(port)
+    await b.generate(GenRequest(prompt="q", max_tokens=1, rid="x2", program_id="p"))
+    assert b.metrics()["workers_down"] == 0 and b.metrics()["workers_readmitted"] == 1
+    await b.close()
+    await srv.close()
+
+
 async def test_health_probes_mark_a_silent_worker_down_before_any_request_fails():
     srvs = await _workers(2)
     b = SGLangHTTPBackend(urls=[s.url for s in srvs], health_interval=0.05)

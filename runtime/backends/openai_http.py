@@ -209,6 +209,7 @@ class OpenAIBackend(Backend):
                     started = True
                     if not 200 <= resp.status_code < 300:
                         raise status_error(resp.status_code, await resp.aread(), req, url)
+                    self.pool.mark_up(live.worker)  # it answers: up (a no-op unless it was down)
                     async for payload in iter_sse(resp.aiter_lines()):
                         try:
                             data = json.loads(payload)

@@ -26,10 +26,10 @@ SOURCES = {"certa.runtime": ROOT / "runtime", "certa.dsl": ROOT / "dsl", "certa.
 LAYERS = ("certa.runtime", "certa.dsl", "certa.algorithms", "certa")  # bottom to top
 RANK = {name: i for i, name in enumerate(LAYERS)}
 
-# Upward imports known today in files being moved by other engineers (issue 16, item 1: the
-# trace-driven simulator workload moves above the algorithms). Each entry names one import:
-# (importing module, imported module). The rule itself is not relaxed: remove an entry as soon
-# as its import is gone (test_allow_list_has_no_stale_entries fails on a stale one).
+# Known upward imports awaiting a move, one (importing module, imported module) entry each with
+# a comment naming who moves it. Empty since the simulator's trace-driven workload moved to
+# certa/simulation (issue 16 item 1). The rule itself is never relaxed: an entry only excuses
+# its one import, and test_allow_list_has_no_stale_entries fails once that import is gone.
 ALLOWED: set[tuple[str, str]] = set()
 
 LAZY_REF = re.compile(r"^certa(\.\w+)+:\w+$")  # a "module:attr" reference a registry imports later

@@ -45,7 +45,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 from collections.abc import Callable
-from dataclasses import replace
 
 from certa.runtime.backends.base import Backend, BackendSequence
 from certa.runtime.scheduling.scheduler import ProgramInfo, Scheduler, Ticket
@@ -96,7 +95,8 @@ class SimBackend(Backend):
         res = await self.content.generate(req)
         prompt = res.prompt_tokens or self.prompt_of(req)
         r = await self.run(req, req.rid, prompt=prompt, output=res.tokens, shared=prompt, max_tokens=req.max_tokens)
-        return replace(res, prompt_tokens=prompt, cached_prompt_tokens=r.cached_at_admit)
+        res.prompt_tokens, res.cached_prompt_tokens = prompt, r.cached_at_admit  # a fresh result: ours to fill
+        return res
 
     async def open_sequence(self, req: GenRequest) -> "SimSequence":
         return SimSequence(self, req, await self.content.open_sequence(req))

@@ -171,14 +171,20 @@ class SimEngine:
             self.prefix[p] = 0
             self.stats.evictions += 1
 
+    def _reserved(self) -> float:
+        """Decode headroom reserved for the running requests (``EngineConfig.reserve`` of each, summed)."""
+        clip, ratio = self.cfg.reserve_clip, self.cfg.reserve_ratio
+        return sum(min((r.output if r.max_tokens is None or r.max_tokens < r.output else r.max_tokens) - r.generated,
+                       clip) * ratio for r in self.running)
+
     def _admit(self, now: float) -> None:
-        if not self.waiting:
+        if not self.waiting or len(self.running) >= self.cfg.max_running:
             return
         for r in self.waiting:
             r.ticket.cached = min(self.prefix.get(r.pid, 0), r.shared)  # type: ignore[union-attr]
         ordered = self.policy.order([r.ticket for r in self.waiting], now)  # type: ignore[misc]
         by_ticket = {id(r.ticket): r for r in self.waiting}
-        reserved = sum(self.cfg.reserve(r) for r in self.running)
+        reserved = self._reserved()
         for t in ordered:
             r = by_ticket[id(t)]
             if len(self.running) >= self.cfg.max_running:
@@ -293,7 +299,7 @@ class SimEngine:
     def _decode_run(self, now: float, until: float, done: list[SimRequest]) -> tuple[float, list[SimRequest]]:
         self._ensure_kv(len(self.running), now)
         R = len(self.running)
-        k0 = sum(r.context for r in self.running)
+        k0 = sum(r.prompt + r.generated for r in self.running)
         m_max = min(r.output - r.generated for r in self.running)
         m_max = max(1, min(m_max, (self.cfg.kv_capacity - self.kv_used) // R))
         base = self.cost.iteration_time(R, k0, 0.0)

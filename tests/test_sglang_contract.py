@@ -47,8 +47,8 @@ async def _until(cond, timeout=3.0):
 class TestSGLangHTTPConformance(BackendConformance):
     @pytest.fixture
     async def backend(self):
-        srv = await _server(enable_priority_scheduling=True)
-        b = SGLangHTTPBackend(srv.url)
+        srv = await _server(enable_priority_scheduling=True, enable_deterministic_inference=True)
+        b = SGLangHTTPBackend(srv.url, server_deterministic=True)
         yield b
         await b.close()
         await srv.close()
@@ -57,8 +57,10 @@ class TestSGLangHTTPConformance(BackendConformance):
 class TestSGLangHTTPClientOrderingConformance(BackendConformance):
     @pytest.fixture
     async def backend(self):
-        srv = await _server(enable_priority_scheduling=False, incremental_streaming_output=True)
-        b = SGLangHTTPBackend(srv.url, server_priority=False, max_in_flight=2, incremental_output=True)
+        srv = await _server(enable_priority_scheduling=False, incremental_streaming_output=True,
+                            enable_deterministic_inference=True)
+        b = SGLangHTTPBackend(srv.url, server_priority=False, max_in_flight=2, incremental_output=True,
+                              server_deterministic=True)
         yield b
         await b.close()
         await srv.close()
@@ -67,7 +69,8 @@ class TestSGLangHTTPClientOrderingConformance(BackendConformance):
 class TestSGLangEngineConformance(BackendConformance):
     @pytest.fixture
     async def backend(self):
-        b = SGLangEngineBackend(engine=FakeEngine(FakeSGLangConfig(enable_priority_scheduling=True, **FAST)))
+        b = SGLangEngineBackend(engine=FakeEngine(FakeSGLangConfig(enable_priority_scheduling=True,
+                                                                   enable_deterministic_inference=True, **FAST)))
         yield b
         await b.close()
 
@@ -84,8 +87,9 @@ def test_priority_mapping():
 async def test_generate_body_has_top_level_rid_and_priority():
     srv = await _server(enable_priority_scheduling=True)
     b = SGLangHTTPBackend(srv.url, extra_body={"routing_key": "k"})
-    await b.generate(GenRequest(prompt="a b c", max_tokens=3, temperature=0.5, top_k=4, seed=9, stop=("zz",),
-                                rid="prog1-think-0", program_id="prog1", priority=2.0, logprobs=1))
+    with pytest.warns(RuntimeWarning, match="ignores sampling_seed"):  # the server is not deterministic
+        await b.generate(GenRequest(prompt="a b c", max_tokens=3, temperature=0.5, top_k=4, seed=9, stop=("zz",),
+                                    rid="prog1-think-0", program_id="prog1", priority=2.0, logprobs=1))
     body = srv.core.received[-1]
     assert body["rid"] == W("prog1-think-0") and body["priority"] == -2 and body["stream"] is True
     assert body["sampling_params"] == {"max_new_tokens": 3, "temperature": 0.5, "top_p": 1.0, "top_k": 4,
@@ -329,7 +333,9 @@ async def test_program_affinity_across_workers():
 async def test_engine_backend_maps_rid_priority_and_abort():
     eng = FakeEngine(FakeSGLangConfig(enable_priority_scheduling=True, **FAST))
     b = SGLangEngineBackend(engine=eng)
-    out = await b.generate(GenRequest(prompt="a b", max_tokens=3, rid="e1", priority=4.0, seed=2, temperature=0.5))
+    with pytest.warns(RuntimeWarning, match="ignores sampling_seed"):
+        out = await b.generate(GenRequest(prompt="a b", max_tokens=3, rid="e1", priority=4.0, seed=2,
+                                          temperature=0.5))
     sent = eng.core.received[-1]
     assert sent["rid"] == W("e1") and sent["priority"] == -4 and sent["sampling_params"]["sampling_seed"] == 2
     assert out.tokens == 3 and out.prompt_tokens == 2

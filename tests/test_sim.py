@@ -13,6 +13,7 @@ from certa.runtime.errors import ConfigError
 from certa.algorithms.signals import entropy_certainty
 from certa.eval.replay_backend import estimate_probe_tokens
 from certa.eval.traces import Probe, Sample, TraceProblem, load_traces
+from certa.runtime import Knob, Program
 from certa.runtime.sim.clock import SimulationStalledError, VirtualClockLoop, run_virtual
 from certa.runtime.sim.cost_model import CostModel, IterationRecord, RecordWriter, load_records, prefill_pairs
 from certa.runtime.sim.engine import EngineConfig, SimEngine, SimRequest
@@ -408,6 +409,34 @@ def test_sim_backend_runs_real_programs_in_simulated_time_and_counts_aborted_tok
     assert res.exit_reason == "certaindex" and res.tokens.main == 300 and end == pytest.approx(2.01)
     assert sim.wasted[prog.program_id].main == 2 * 200 and not sim.live_rids()
     assert prog.program_id not in sim.engine.prefix  # an ended program's prefix is dropped at the next step
+
+
+def test_sim_backend_also_runs_in_real_time_on_an_ordinary_loop():
+    import asyncio
+    import time
+
+    from certa.runtime import Runtime
+    from certa.runtime.backends.testing.scripted import ScriptedBackend
+    from certa.runtime.sim.backend import SimBackend
+
+    class Ask(Program):
+        knob = Knob("iterations", cap=1)
+
+        async def execute(self, ctx):
+            self.state = (await ctx.gen("q", max_tokens=16)).text
+            self.knob_used += 1
+            return False
+
+    sim = SimBackend(ScriptedBackend(responses=["a b c d e"]), EngineConfig(10_000), CostModel(0.02, 0.0, 0.0, 0.0))
+
+    async def main():
+        t0 = time.perf_counter()
+        res = await Runtime(sim).run(Ask)
+        return res, time.perf_counter() - t0
+
+    res, wall = asyncio.run(main())  # no virtual clock: five iterations of 20 ms each, really waited
+    assert res.state == "a b c d e" and res.tokens.main == 5 and 0.09 < wall < 5.0
+    assert sim.engine.stats.iterations == 5
 
 
 @pytest.mark.parametrize("module", [

@@ -13,7 +13,10 @@ queue before the attainment knee, where ordering can matter).
 Not a timed test: the simulator is deterministic for a seed; it writes JSON and PNGs.
 
 usage: python benchmarks/online_slo.py [--workload TRACES.jsonl] [--out out/online_slo]
-       [--preset h200-r1-distill-qwen-7b] [--n-programs 300] [--quick] [--no-ablations]
+       [--preset h200-r1-distill-qwen-7b] [--n-programs 300] [--quick] [--no-ablations] [--jobs N]
+
+``--jobs N`` runs the main run and the ablations in ``N`` processes (same results: each run
+is deterministic and independent).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import argparse
 import json
 import sys
 import time
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 from certa.cli_sim import plot_sweep, print_summary, simulate_workload
@@ -38,6 +42,17 @@ ABLATIONS = {
 }
 
 
+def _section(job: tuple) -> dict:
+    """One run of the experiment (the main run or an ablation), with its plots and wall time."""
+    workload, policies, synthetic, seed, out, name, prefix, spec = job
+    t0 = time.perf_counter()
+    print(f"== {name}", file=sys.stderr)
+    res = simulate_workload(workload, policies, synthetic=synthetic, seed=seed, program=ProgramConfig(), **spec)
+    res["plots"] = [str(p) for p in plot_sweep(res, out, prefix=prefix)]
+    res["wall_s"] = round(time.perf_counter() - t0, 1)
+    return res
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--workload", type=Path, help="trace JSONL (default: seeded synthetic traces)")
@@ -51,6 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--quick", action="store_true", help="100 programs, 2 bisection steps (a smoke run)")
     ap.add_argument("--no-ablations", action="store_true")
+    ap.add_argument("--jobs", type=int, default=1, help="processes for the main run and ablations")
     args = ap.parse_args(argv)
     policies = [p for p in args.policies.split(",") if p]
     unknown = [p for p in policies if p not in POLICIES]
@@ -59,26 +75,27 @@ def main(argv: list[str] | None = None) -> int:
     n, refine = (100, 2) if args.quick else (args.n_programs, 4)
     base = dict(preset=args.preset, kind=args.kind, n_programs=n, slo_scale=args.slo_scale, refine=refine)
 
-    def one(name: str, prefix: str, **over) -> dict:
-        t0 = time.perf_counter()
-        print(f"== {name}", file=sys.stderr)
-        res = simulate_workload(args.workload, policies, synthetic=args.synthetic, seed=args.seed,
-                                program=ProgramConfig(), **{**base, **over})
-        res["plots"] = [str(p) for p in plot_sweep(res, args.out, prefix=prefix)]
-        res["wall_s"] = round(time.perf_counter() - t0, 1)
-        print_summary(res)
-        return res
-
+    sections = [("main: uniform deadlines, certaindex exit for certa only", "", {})]
+    if not args.no_ablations:
+        sections += [(name, f"ablation{i}_", over) for i, (name, over) in enumerate(ABLATIONS.items(), 1)]
+    jobs = [(args.workload, policies, args.synthetic, args.seed, args.out, name, prefix, {**base, **over})
+            for name, prefix, over in sections]
     report: dict = {"benchmark": "online_slo", "simulator": True,
                     "command": "python benchmarks/online_slo.py " + " ".join(sys.argv[1:] if argv is None else argv)}
     try:
-        report["main"] = one("main: uniform deadlines, certaindex exit for certa only", "")
-        if not args.no_ablations:
-            report["ablations"] = {name: one(name, f"ablation{i}_", **over)
-                                   for i, (name, over) in enumerate(ABLATIONS.items(), 1)}
+        if args.jobs > 1:
+            with ProcessPoolExecutor(max_workers=args.jobs) as pool:
+                results = list(pool.map(_section, jobs))
+        else:
+            results = [_section(job) for job in jobs]
     except CertaError as exc:  # e.g. a malformed --workload file (TraceFormatError)
         print(f"error {exc}", file=sys.stderr)
         return 2
+    for res in results:
+        print_summary(res)
+    report["main"] = results[0]
+    if not args.no_ablations:
+        report["ablations"] = {name: res for (name, _, _), res in zip(sections[1:], results[1:])}
     runs = [("main", report["main"]), *report.get("ablations", {}).items()]
     report["summary"] = {k: {"max_rate": v["max_rate"], "censored": v["max_rate_censored"], "ratios": v["ratios"],
                              "ratios_by_scale": v["ratios_by_scale"], "min_slo_scale": v["slo_sweep"]["min_scale"],

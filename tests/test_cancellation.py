@@ -24,41 +24,26 @@ import certa as ct
 from certa.runtime import AdmissionLimits, RetryPolicy, Scheduler
 from certa.runtime.backends.testing.faults import FaultyBackend
 
+from .conftest import make_sc, never
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 MODEL_FILE = pathlib.Path.home() / ".cache" / "certa" / "models" / "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
 
 
-class SC(ct.State):
-    question: str
-    answers: ct.Appended[list[str]] = []
-
-
 def sc_graph(name="sc", cap=8, fanout=4):
-    g = ct.Graph(SC, knob=ct.Knob("branches", cap=cap), name=name)
+    return make_sc(cap, fanout, name=name, max_tokens=32, certaindex=never)
 
-    @g.step(fanout=fanout)
-    async def sample(s, ctx):
-        out = await ctx.gen(s.question, max_tokens=32, temperature=0.7)
-        return {"answers": [out.text.split()[-1] if out.text.split() else ""]}
 
-    @g.certaindex
-    def agree(s) -> float:
-        return 0.0
-
-    g.loop("sample")
-    return g.compile()
+class Notes(ct.State):
+    question: str
+    notes: ct.Appended[list[str]] = []
 
 
 def mixed_workload(n: int):
     """Programs that hold every kind of in-flight work: gens, sequences + probes, scores, sub-programs."""
     sc = sc_graph()
     inner = sc_graph("inner", cap=2, fanout=2)
-
-    class W(ct.State):
-        question: str
-        notes: ct.Appended[list[str]] = []
-
-    g = ct.Graph(W, knob=ct.Knob("iterations", cap=3), name="mixed")
+    g = ct.Graph(Notes, knob=ct.Knob("iterations", cap=3), name="mixed")
 
     @g.step(fanout=3)
     async def work(s, ctx):
@@ -72,10 +57,7 @@ def mixed_workload(n: int):
             return {"notes": [str((await ctx.score(s.question)).probs["Yes"])]}
         return {"notes": [str((await ctx.call(inner, question=s.question)).answer)]}
 
-    @g.certaindex
-    def never(s) -> float:
-        return 0.0
-
+    g.certaindex(never)
     return [(sc if i % 2 else g.compile(), {"question": f"q{i}"}) for i in range(n)]
 
 
@@ -212,85 +194,77 @@ def test_ctrl_c_in_cli_aborts_in_flight_requests(tmp_path):
 
 
 # ---- the real llama.cpp engine --------------------------------------------------------
-@pytest.mark.model
-@pytest.mark.slow
-async def test_cancel_aborts_in_flight_requests_on_llamacpp_engine():
+@pytest.fixture
+async def llamacpp_backend():
+    """The embedded engine on the 0.5B model (skips when llama.cpp or the model is absent)."""
     llamacpp = pytest.importorskip("certa.runtime.backends.llamacpp.backend", reason="llama.cpp backend not available")
     if not MODEL_FILE.is_file():
         pytest.skip(f"model file {MODEL_FILE} not present")
     backend = llamacpp.LlamaCppBackend(model="qwen2.5-coder-0.5b", n_ctx=2048, n_seq=8)
-    try:
-        class C(ct.State):
-            question: str
-            notes: ct.Appended[list[str]] = []
-
-        g = ct.Graph(C, knob=ct.Knob("branches", cap=6), name="engine")
-
-        @g.step(fanout=3)
-        async def think(s, ctx):
-            if ctx.branch == 0:
-                async with await ctx.sequence(s.question, max_tokens=400, chat=True) as seq:
-                    while not seq.finished:
-                        await seq.extend(16)
-                        await seq.probe(" The answer is \\boxed{", max_tokens=4)
-                return {"notes": [seq.text]}
-            out = await ctx.gen(s.question, max_tokens=400, temperature=0.7, seed=ctx.branch, chat=True)
-            return {"notes": [out.text]}
-
-        @g.certaindex
-        def never(s) -> float:
-            return 0.0
-
-        g.loop("think")
-        rt = ct.Runtime(backend)
-        engine_aborts: list[str] = []
-        real_abort = backend.engine.abort
-        backend.engine.abort = lambda rid: engine_aborts.append(rid) or real_abort(rid)
-        q = "Write a long story about counting sheep, one sheep per sentence."
-        task = asyncio.ensure_future(rt.run_many([(g.compile(), {"question": q})] * 2))
-        deadline = time.monotonic() + 60
-        while len(backend.live_rids()) < 4:  # several requests decoding at once
-            assert not task.done(), task.result()
-            assert time.monotonic() < deadline, "the engine never got busy"
-            await asyncio.sleep(0.05)
-        await asyncio.sleep(0.2)
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
-        deadline = time.monotonic() + 5
-        while backend.live_rids() and time.monotonic() < deadline:
-            await asyncio.sleep(0.02)
-        assert backend.live_rids() == set(), "the engine still holds rids after cancel"
-        assert engine_aborts and len(engine_aborts) == len(set(engine_aborts)), \
-            f"each request is aborted once, by the runtime: {Counter(engine_aborts).most_common(3)}"
-        assert rt.active_programs == {}
-        out = await backend.generate(ct.GenRequest(prompt="2+2=", max_tokens=4, rid="after-cancel"))
-        assert out.tokens > 0, "the engine must keep serving after a cancel"
-    finally:
-        await backend.close()
+    yield backend
+    await backend.close()
 
 
 @pytest.mark.model
-async def test_llamacpp_orders_each_request_by_its_one_scheduler_ticket():
-    llamacpp = pytest.importorskip("certa.runtime.backends.llamacpp.backend", reason="llama.cpp backend not available")
-    if not MODEL_FILE.is_file():
-        pytest.skip(f"model file {MODEL_FILE} not present")
-    backend = llamacpp.LlamaCppBackend(model="qwen2.5-coder-0.5b", n_ctx=2048, n_seq=4)
-    try:
-        made: list = []
+@pytest.mark.slow
+async def test_cancel_aborts_in_flight_requests_on_llamacpp_engine(llamacpp_backend):
+    backend = llamacpp_backend
+    g = ct.Graph(Notes, knob=ct.Knob("branches", cap=6), name="engine")
 
-        class Counting(Scheduler):
-            def ticket(self, *args, **kw):
-                made.append(super().ticket(*args, **kw))
-                return made[-1]
+    @g.step(fanout=3)
+    async def think(s, ctx):
+        if ctx.branch == 0:
+            async with await ctx.sequence(s.question, max_tokens=400, chat=True) as seq:
+                while not seq.finished:
+                    await seq.extend(16)
+                    await seq.probe(" The answer is \\boxed{", max_tokens=4)
+            return {"notes": [seq.text]}
+        out = await ctx.gen(s.question, max_tokens=400, temperature=0.7, seed=ctx.branch, chat=True)
+        return {"notes": [out.text]}
 
-        jobs: list = []
-        real_submit = backend.engine.submit
-        backend.engine.submit = lambda job: jobs.append(job) or real_submit(job)
-        rt = ct.Runtime(backend, scheduler=Counting(limits=AdmissionLimits(max_requests=2)))
-        r = await rt.run(sc_graph(cap=4, fanout=4), question="Say one word.")
-        assert r.ok and r.tokens.requests == 4
-        assert len(made) == 4 and len(jobs) == 4, "one ticket per request: none made by the engine"
-        assert all(any(j.ticket is t for t in made) and j.owned for j in jobs)
-    finally:
-        await backend.close()
+    g.certaindex(never)
+    g.loop("think")
+    rt = ct.Runtime(backend)
+    engine_aborts: list[str] = []
+    real_abort = backend.engine.abort
+    backend.engine.abort = lambda rid: engine_aborts.append(rid) or real_abort(rid)
+    q = "Write a long story about counting sheep, one sheep per sentence."
+    task = asyncio.ensure_future(rt.run_many([(g.compile(), {"question": q})] * 2))
+    deadline = time.monotonic() + 60
+    while len(backend.live_rids()) < 4:  # several requests decoding at once
+        assert not task.done(), task.result()
+        assert time.monotonic() < deadline, "the engine never got busy"
+        await asyncio.sleep(0.05)
+    await asyncio.sleep(0.2)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    deadline = time.monotonic() + 5
+    while backend.live_rids() and time.monotonic() < deadline:
+        await asyncio.sleep(0.02)
+    assert backend.live_rids() == set(), "the engine still holds rids after cancel"
+    assert engine_aborts and len(engine_aborts) == len(set(engine_aborts)), \
+        f"each request is aborted once, by the runtime: {Counter(engine_aborts).most_common(3)}"
+    assert rt.active_programs == {}
+    out = await backend.generate(ct.GenRequest(prompt="2+2=", max_tokens=4, rid="after-cancel"))
+    assert out.tokens > 0, "the engine must keep serving after a cancel"
+
+
+@pytest.mark.model
+async def test_llamacpp_orders_each_request_by_its_one_scheduler_ticket(llamacpp_backend):
+    backend = llamacpp_backend
+    made: list = []
+
+    class Counting(Scheduler):
+        def ticket(self, *args, **kw):
+            made.append(super().ticket(*args, **kw))
+            return made[-1]
+
+    jobs: list = []
+    real_submit = backend.engine.submit
+    backend.engine.submit = lambda job: jobs.append(job) or real_submit(job)
+    rt = ct.Runtime(backend, scheduler=Counting(limits=AdmissionLimits(max_requests=2)))
+    r = await rt.run(sc_graph(cap=4, fanout=4), question="Say one word.")
+    assert r.ok and r.tokens.requests == 4
+    assert len(made) == 4 and len(jobs) == 4, "one ticket per request: none made by the engine"
+    assert all(any(j.ticket is t for t in made) and j.owned for j in jobs)

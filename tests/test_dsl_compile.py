@@ -16,8 +16,16 @@ class S(ct.State):
     n: int = 0
 
 
-def graph(**kw) -> ct.Graph:
-    return ct.Graph(S, name="g", **kw)
+def noop(s):
+    return {}
+
+
+def graph(*steps: str, **kw) -> ct.Graph:
+    """A Graph on ``S`` named "g", with a no-op step for each name in ``steps``."""
+    g = ct.Graph(S, name="g", **kw)
+    for name in steps:
+        g.step(name=name)(noop)
+    return g
 
 
 def test_valid_graph_compiles_and_infers_knob_step():
@@ -33,12 +41,7 @@ def test_valid_graph_compiles_and_infers_knob_step():
 
 
 def test_ct101_unknown_step_in_edge_with_suggestion():
-    g = graph()
-
-    @g.step
-    def sample(s):
-        return {}
-
+    g = graph("sample")
     g.edge("sample", "smaple")
     with pytest.raises(E.UnknownStepError) as e:
         g.compile()
@@ -46,11 +49,7 @@ def test_ct101_unknown_step_in_edge_with_suggestion():
 
 
 def test_ct101_unknown_destination_from_literal_hint():
-    g = graph()
-
-    @g.step
-    def a(s):
-        return {}
+    g = graph("a")
 
     def route(s) -> Literal["b", "__end__"]:
         return "b"
@@ -62,40 +61,21 @@ def test_ct101_unknown_destination_from_literal_hint():
 
 
 def test_ct101_unknown_entry():
-    g = graph()
-
-    @g.step
-    def a(s):
-        return {}
-
+    g = graph("a")
     g.entry("zzz")
     with pytest.raises(E.UnknownStepError):
         g.compile()
 
 
 def test_ct102_unreachable_step():
-    g = graph()
-
-    @g.step
-    def a(s):
-        return {}
-
-    @g.step
-    def orphan(s):
-        return {}
-
+    g = graph("a", "orphan")
     with pytest.raises(E.UnreachableStepError) as e:
         g.compile()
     assert e.value.code == "CT102" and e.value.step == "orphan"
 
 
 def test_ct103_unbounded_loop():
-    g = graph()  # no knob cap
-
-    @g.step
-    def a(s):
-        return {}
-
+    g = graph("a")  # no knob cap
     g.loop("a")
     with pytest.raises(E.UnboundedLoopError) as e:
         g.compile()
@@ -103,42 +83,23 @@ def test_ct103_unbounded_loop():
 
 
 def test_loop_bounded_by_certaindex_stop_compiles():
-    g = graph()
+    g = graph("a")
 
-    @g.step
-    def a(s):
-        return {}
-
-    @g.certaindex
-    def sure(s) -> float:
-        return 1.0
-
+    g.certaindex(lambda s: 1.0, name="sure")
     g.loop("a")
     g.compile(policy=ct.Threshold(0.5))
 
 
 def test_ct104_unbounded_dynamic_fanout():
     g = graph()
-
-    @g.step(fanout=lambda s: 3)
-    def a(s):
-        return {}
-
+    g.step(name="a", fanout=lambda s: 3)(noop)
     with pytest.raises(E.UnboundedFanoutError) as e:
         g.compile()
     assert e.value.code == "CT104" and e.value.step == "a"
 
 
 def test_ct104_unbounded_send_router():
-    g = graph()
-
-    @g.step
-    def plan(s):
-        return {}
-
-    @g.step
-    def work(s):
-        return {}
+    g = graph("plan", "work")
 
     def fan(s) -> list[ct.Send]:
         return [ct.Send("work", i) for i in range(3)]
@@ -153,28 +114,16 @@ def test_ct104_unbounded_send_router():
 
 
 def test_ct105_policy_needs_missing_certaindex():
-    g = graph(knob=ct.Knob("iterations", cap=3))
-
-    @g.step
-    def a(s):
-        return {}
-
+    g = graph("a", knob=ct.Knob("iterations", cap=3))
     with pytest.raises(E.MissingCertaindexError) as e:
         g.compile(policy=ct.Threshold(0.5))
     assert e.value.code == "CT105"
 
 
 def test_ct105_named_signal_missing():
-    g = graph(knob=ct.Knob("iterations", cap=3))
+    g = graph("a", knob=ct.Knob("iterations", cap=3))
 
-    @g.step
-    def a(s):
-        return {}
-
-    @g.certaindex
-    def entropy(s) -> float:
-        return 0.0
-
+    g.certaindex(lambda s: 0.0, name="entropy")
     with pytest.raises(E.MissingCertaindexError) as e:
         g.compile(policy=ct.Threshold({"reward": 0.5}))
     assert e.value.step == "reward"
@@ -225,23 +174,14 @@ def test_ct107_invalid_graphs():
     with pytest.raises(E.InvalidGraphError):
         ct.Graph(dict)  # state is not a model
     g = graph()
-
-    @g.step(fanout=0)
-    def a(s):
-        return {}
-
+    g.step(name="a", fanout=0)(noop)
     with pytest.raises(E.InvalidGraphError) as e:
         g.compile()
     assert e.value.code == "CT107" and e.value.step == "a"
 
 
 def test_duplicate_step_is_invalid():
-    g = graph()
-
-    @g.step
-    def a(s):
-        return {}
-
+    g = graph("a")
     with pytest.raises(E.InvalidGraphError):
         g.step(name="a")(lambda s: {})
 
@@ -297,10 +237,7 @@ def test_ct108_fanout_branches_writing_a_field_without_reducer():
 
 def test_ct108_send_fanout_and_loop_lanes():
     g = ct.Graph(W, knob=ct.Knob("branches", cap=4), name="w")
-
-    @g.step
-    def plan(s):
-        return {}
+    g.step(name="plan")(noop)
 
     @g.step
     async def work(s, ctx):

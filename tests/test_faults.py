@@ -18,37 +18,14 @@ from certa.runtime.errors import BackendError, ConfigError
 from certa.runtime.types import GenRequest
 
 from .conformance import BackendConformance
+from .conftest import make_sc as shared_sc
 
 RETRYABLE = ("error_before", "error_mid", "disconnect", "timeout", "abort_race")
 FAST_RETRY = RetryPolicy(max_attempts=4, base_delay=0.002, max_delay=0.02)
 
 
-class SC(ct.State):
-    question: str
-    answers: ct.Appended[list[str]] = []
-
-
-def make_sc(policy=None, cap=8, fanout=4, name="sc"):
-    g = ct.Graph(SC, knob=ct.Knob("branches", cap=cap), name=name)
-
-    @g.step(fanout=fanout)
-    async def sample(s: SC, ctx: ct.Context):
-        out = await ctx.gen(s.question, temperature=0.7, max_tokens=64)
-        return {"answers": [out.text.split()[-1]]}
-
-    @g.certaindex
-    def agreement(s: SC) -> float:
-        if len(s.answers) < 2:
-            return 0.0
-        top = Counter(s.answers).most_common(1)[0][1]
-        return (top - 1) / (len(s.answers) - 1)
-
-    @g.answer
-    def vote(s: SC):
-        return min(Counter(s.answers).most_common(), key=lambda kv: (-kv[1], kv[0]))[0] if s.answers else None
-
-    g.loop("sample")
-    return g.compile(policy=policy)
+def make_sc(policy=None, cap=8, fanout=4):
+    return shared_sc(cap, fanout, policy, max_tokens=64)
 
 
 def respond(req: GenRequest) -> str:

@@ -14,34 +14,13 @@ import certa as ct
 from certa.dsl.program import GraphProgram
 from certa.runtime.program_run import ProgramRun
 
+from .conftest import make_sc as shared_sc
+
 N_PROGRAMS = 1000
 
 
-class SC(ct.State):
-    question: str
-    answers: ct.Appended[list[str]] = []
-
-
 def make_sc():
-    g = ct.Graph(SC, knob=ct.Knob("branches", cap=8), name="sc")
-
-    @g.step(fanout=4)
-    async def sample(s: SC, ctx: ct.Context):
-        out = await ctx.gen(s.question, temperature=0.7, max_tokens=64)
-        return {"answers": [out.text.rsplit(" ", 1)[-1]]}
-
-    @g.certaindex
-    def agreement(s: SC) -> float:
-        if len(s.answers) < 2:
-            return 0.0
-        return (Counter(s.answers).most_common(1)[0][1] - 1) / (len(s.answers) - 1)
-
-    @g.answer
-    def vote(s: SC):
-        return Counter(s.answers).most_common(1)[0][0] if s.answers else None
-
-    g.loop("sample")
-    return g.compile(policy=ct.Threshold(0.9, detect_at=4))
+    return shared_sc(8, 4, ct.Threshold(0.9, detect_at=4), max_tokens=64)
 
 
 def respond(req) -> str:

@@ -10,7 +10,7 @@ import pytest
 
 import certa as ct
 
-from .test_runtime import make_sc
+from .conftest import make_sc
 
 SNAP = pathlib.Path(__file__).parent / "snapshots"
 

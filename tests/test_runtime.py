@@ -10,33 +10,7 @@ import pytest
 import certa as ct
 from certa.runtime.backends.testing.scripted import words
 
-
-class SC(ct.State):
-    question: str
-    answers: ct.Appended[list[str]] = []
-
-
-def make_sc(cap=8, fanout=4, policy=None, latency_by_branch=None):
-    g = ct.Graph(SC, knob=ct.Knob("branches", cap=cap), name="sc")
-
-    @g.step(fanout=fanout)
-    async def sample(s: SC, ctx: ct.Context):
-        out = await ctx.gen(s.question, temperature=0.7, max_tokens=50)
-        return {"answers": [out.text.strip()]}
-
-    @g.certaindex
-    def agreement(s: SC) -> float:
-        if len(s.answers) < 2:
-            return 0.0
-        top = Counter(s.answers).most_common(1)[0][1]
-        return (top - 1) / (len(s.answers) - 1)
-
-    @g.answer
-    def vote(s: SC):
-        return Counter(s.answers).most_common(1)[0][0] if s.answers else None
-
-    g.loop("sample")
-    return g.compile(policy=policy)
+from .conftest import make_sc
 
 
 async def test_reducer_merges_concurrent_branches():

@@ -1,0 +1,67 @@
+"""Shared test programs: the Self-Consistency graph most runtime tests drive, and its pieces.
+
+``make_sc`` builds it (``from .conftest import make_sc``, or the ``sc`` fixture): ``fanout``
+branches per round sample ``ctx.gen(question)``, ``agreement`` is the certaindex, ``vote``
+the answer, the knob counts branches up to ``cap``.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+
+import pytest
+
+import certa as ct
+
+
+class SC(ct.State):
+    question: str
+    answers: ct.Appended[list[str]] = []
+
+
+def last_word(text: str) -> str:
+    """The answer a scripted response ends with (``"... the answer is 4"`` -> ``"4"``)."""
+    words = text.split()
+    return words[-1] if words else ""
+
+
+def agreement(s: SC) -> float:
+    """Share of the other answers that agree with the most common one (0 with under two)."""
+    if len(s.answers) < 2:
+        return 0.0
+    top = Counter(s.answers).most_common(1)[0][1]
+    return (top - 1) / (len(s.answers) - 1)
+
+
+def never(s: ct.State) -> float:
+    """A certaindex that never settles: runs go to their cap (or are cancelled)."""
+    return 0.0
+
+
+def vote(s: SC) -> str | None:
+    """The most common answer; ties go to the smallest, so the answer does not depend on timing."""
+    return min(Counter(s.answers).most_common(), key=lambda kv: (-kv[1], kv[0]))[0] if s.answers else None
+
+
+def make_sc(cap: int = 8, fanout: int = 4, policy: ct.Policy | None = None, *, name: str = "sc",
+            max_tokens: int = 50, pick: Callable[[str], str] = last_word,
+            certaindex: Callable[[SC], float] = agreement) -> ct.CompiledGraph:
+    """Self-Consistency on :class:`SC`: ``fanout`` looping lanes up to ``cap`` branches."""
+    g = ct.Graph(SC, knob=ct.Knob("branches", cap=cap), name=name)
+
+    @g.step(fanout=fanout)
+    async def sample(s: SC, ctx: ct.Context):
+        out = await ctx.gen(s.question, temperature=0.7, max_tokens=max_tokens)
+        return {"answers": [pick(out.text)]}
+
+    g.certaindex(certaindex, name=certaindex.__name__)
+    g.answer(vote)
+    g.loop("sample")
+    return g.compile(policy=policy)
+
+
+@pytest.fixture
+def sc() -> Callable[..., ct.CompiledGraph]:
+    """The :func:`make_sc` builder."""
+    return make_sc

@@ -40,11 +40,11 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = ["SC_DEFAULT", "SC_PEERS", "VoteStop", "sc_default_policy"]
 
-SC_DEFAULT: dict[str, Any] = {"kind": "vote", "tau": 0.75, "length_weight": 0.75, "confidence_floor": None,
+SC_DEFAULT: dict[str, Any] = {"kind": "vote", "tau": 0.8, "length_weight": 0.25, "confidence_floor": None,
                               "min_samples": 2, "same": "math"}
 """The shipped SC stopping policy (``policy_from_dict`` form); see ``docs/results/sc_default.json``."""
 
-SC_PEERS: dict[str, dict[str, Any]] = {"esc": ESC(window=4).to_dict(),
+SC_PEERS: dict[str, dict[str, Any]] = {"esc": ESC(window=3).to_dict(),
                                        "adaptive-consistency": AdaptiveConsistency(0.9).to_dict()}
 """ESC's and Adaptive-Consistency's fixed parameters chosen by the same rule on the same dev sets."""
 

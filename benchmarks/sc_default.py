@@ -1,0 +1,194 @@
+"""Choose the default SC stopping policy by leave-one-dataset-out; score it beside its peers.
+
+Every method family gets one fixed parameter per scored trace set, chosen on the *other* dev
+sets only (leave-one-dataset-out), by one rule: among the grid points that stay within
+``--tolerance`` accuracy points of full-budget majority voting on **every** training set,
+the one with the lowest mean token ratio over them (ties: the earlier, more conservative
+point; none feasible: the full budget). Families:
+
+- ``default`` — :class:`~certa.algorithms.policies.votes.VoteStop`: the weighted-vote Beta
+  certaindex (invalid samples weigh 0, weight ``1 - length_weight * tokens/budget``), ``tau``;
+- ``esc`` (window), ``adaptive-consistency`` (threshold), ``even`` (budget as a fraction of
+  the samples N, so it transfers between 8- and 16-sample sets);
+- ``oracle`` (each draw order stops at the fewest samples whose vote is the vote of all; a
+  bound, never chosen).
+
+The shipped default (:data:`~certa.algorithms.policies.votes.SC_DEFAULT`) is the same rule on
+all dev sets at once; the report says whether it equals each fold's choice. Figures are
+replays of the whole trace file (``--orders`` seeded draw orders per problem) with
+bootstrap 95% CIs over problems; reserved rows are refused.
+
+    python benchmarks/sc_default.py --json docs/results/sc_default.json --png docs/results/sc_default.png \\
+        [--traces gsm8k=data/traces/gsm8k_dev_qwen2.5-coder-1.5b.jsonl.gz ...] [--orders 20]
+
+Not a timed test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from certa.algorithms.policies import ESC, AdaptiveConsistency, policy_from_dict
+from certa.algorithms.policies.votes import SC_DEFAULT, VoteStop
+from certa.eval.calibration import check_not_reserved
+from certa.eval.evalstats import compare
+from certa.eval.replay_eval import Replayer, Scores
+from certa.eval.traces import load_traces
+from certa.runtime.policy import Even, Policy
+
+ROOT = Path(__file__).resolve().parents[1]
+DEV = {"gsm8k-1.5b": "data/traces/gsm8k_dev_qwen2.5-coder-1.5b.jsonl.gz",
+       "math500-1.5b": "data/traces/math500_dev_qwen2.5-coder-1.5b.jsonl.gz"}
+FRACTIONS = tuple(i / 8 for i in range(1, 9))
+
+
+def families() -> dict[str, list[dict[str, Any]]]:
+    """Each family's grid, most conservative first (a ``Policy.from_dict`` spec, or an even fraction)."""
+    vote = [{"kind": "vote", "tau": t, "length_weight": a, "confidence_floor": None, "min_samples": 2,
+             "same": "math"} for t in (0.95, 0.9, 0.85, 0.8, 0.75, 0.7) for a in (0.0, 0.25, 0.5, 0.75, 1.0)]
+    return {"default": vote,
+            "esc": [ESC(window=w).to_dict() for w in (8, 6, 5, 4, 3, 2)],
+            "adaptive-consistency": [AdaptiveConsistency(t).to_dict() for t in (0.999, 0.99, 0.95, 0.9, 0.85, 0.8)],
+            "even": [{"kind": "even_fraction", "fraction": f} for f in reversed(FRACTIONS)]}
+
+
+def build(spec: dict[str, Any], n: int) -> Policy:
+    if spec["kind"] == "even_fraction":
+        return Even(max(1, math.ceil(spec["fraction"] * n - 1e-9)))
+    return policy_from_dict(spec)
+
+
+class DevSet:
+    """One whole trace file: its replayer, baseline-even ladder and memoized candidate scores."""
+
+    def __init__(self, name: str, path: str, orders: int, seed: int) -> None:
+        self.name, self.path = name, path
+        problems = load_traces(ROOT / path if not Path(path).is_absolute() else path)
+        check_not_reserved(problems, None)
+        self.rep = Replayer(problems, "sc", seed=seed, orders=orders)
+        self.n = self.rep.n_samples
+        self.even = [self.rep.run(Even(k)) for k in range(1, self.n + 1)]
+        self._memo: dict[str, Scores] = {}
+
+    def scores(self, spec: dict[str, Any]) -> Scores:
+        key = json.dumps(spec, sort_keys=True)
+        if key not in self._memo:
+            self._memo[key] = self.rep.run(build(spec, self.n))
+        return self._memo[key]
+
+    def ratio_delta(self, spec: dict[str, Any]) -> tuple[float, float]:
+        s, full = self.scores(spec), self.even[-1]
+        return s.mean_tokens / full.mean_tokens, s.accuracy - full.accuracy
+
+
+def choose(grid: list[dict[str, Any]], train: list[DevSet], tolerance: float) -> dict[str, Any]:
+    """The selection rule of the module docstring, on ``train`` only."""
+    best, best_cost = None, math.inf
+    for spec in grid:
+        rd = [d.ratio_delta(spec) for d in train]
+        if all(delta >= -tolerance - 1e-12 for _, delta in rd):
+            cost = sum(r for r, _ in rd) / len(rd)
+            if cost < best_cost - 1e-12:
+                best, best_cost = spec, cost
+    return best if best is not None else {"kind": "even_fraction", "fraction": 1.0}
+
+
+def row(d: DevSet, scores: Scores, reps: int, seed: int, **extra: Any) -> dict[str, Any]:
+    out = compare(scores, d.even, reps=reps, seed=seed)
+    out["samples"] = round(float(scores.knob.mean()), 3)
+    return {**extra, **out}
+
+
+def run(sets: list[DevSet], tolerance: float, reps: int, seed: int) -> dict[str, Any]:
+    fams = families()
+    shipped = {f: choose(g, sets, tolerance) for f, g in fams.items()}
+    report: dict[str, Any] = {"sets": {}, "shipped": shipped, "shipped_default_matches_code": shipped["default"]
+                              == SC_DEFAULT, "SC_DEFAULT": SC_DEFAULT}
+    for d in sets:
+        train = [t for t in sets if t is not d]
+        methods: dict[str, Any] = {}
+        full = d.even[-1]
+        methods["full-majority"] = row(d, full, reps, seed, policy={"kind": "even", "cap": d.n})
+        methods["full-majority"] |= {"iso_token_ratio": 1.0, "iso_note": "the reference itself"}
+        methods["full-majority"]["ci95"]["iso_token_ratio"] = [1.0, 1.0]
+        for fam, grid in fams.items():
+            pick = choose(grid, train, tolerance)
+            methods[fam] = row(d, d.scores(pick), reps, seed, policy=pick, trained_on=[t.name for t in train])
+        methods["shipped-default"] = row(d, d.scores(SC_DEFAULT), reps, seed, policy=SC_DEFAULT,
+                                         in_sample=True, note="chosen on every dev set, this one included")
+        methods["oracle"] = {**row(d, d.rep.oracle_sc(), reps, seed), "oracle": True}
+        methods["even-curve"] = [{"cap": k + 1, "tokens": round(e.mean_tokens, 3), "accuracy": round(e.accuracy, 6)}
+                                 for k, e in enumerate(d.even)]
+        peers = [methods[p]["tokens"] for p in ("esc", "adaptive-consistency", "even")]
+        m = methods["default"]
+        report["sets"][d.name] = {
+            "traces": d.path, "problems": len(d.rep.problems), "samples": d.n, "orders": d.rep.orders,
+            "methods": methods,
+            "targets": {"within_0.5pt": m["accuracy_delta"] >= -0.005 - 1e-12,
+                        "fewer_tokens_than_best_peer": m["tokens"] < min(peers),
+                        "best_peer_tokens": min(peers)}}
+    return report
+
+
+def plot(report: dict[str, Any], path: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = ["default", "esc", "adaptive-consistency", "even", "oracle"]
+    sets = list(report["sets"])
+    fig, axes = plt.subplots(1, len(sets), figsize=(5.5 * len(sets), 4.2), squeeze=False)
+    for ax, s in zip(axes[0], sets):
+        ms = report["sets"][s]["methods"]
+        ratios = [ms[n]["token_ratio"] for n in names]
+        bars = ax.bar(range(len(names)), ratios, color=["C3", "C0", "C1", "C2", "0.6"])
+        for b, n in zip(bars, names):
+            ax.text(b.get_x() + b.get_width() / 2, b.get_height() + 0.01,
+                    f"{100 * ms[n]['accuracy_delta']:+.1f}pt", ha="center", fontsize=8)
+        ax.set_xticks(range(len(names)), ["default", "ESC", "AC", "even(k)", "oracle"], fontsize=8)
+        ax.set_ylim(0, 1.1)
+        ax.set_title(f"{s}: chosen on the other set(s)", fontsize=9)
+        ax.set_ylabel("tokens / full-budget majority")
+        ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--traces", nargs="*", default=[f"{k}={v}" for k, v in DEV.items()], help="NAME=PATH ...")
+    ap.add_argument("--json", default="docs/results/sc_default.json")
+    ap.add_argument("--png", default="docs/results/sc_default.png")
+    ap.add_argument("--orders", type=int, default=20)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--reps", type=int, default=1000)
+    ap.add_argument("--tolerance", type=float, default=0.005, help="accuracy loss allowed on training sets")
+    args = ap.parse_args()
+    sets = [DevSet(*t.split("=", 1), orders=args.orders, seed=args.seed) for t in args.traces]
+    report = {"tolerance": args.tolerance, "orders": args.orders, "seed": args.seed, "bootstrap_reps": args.reps,
+              **run(sets, args.tolerance, args.reps, args.seed)}
+    out = Path(args.json)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=1) + "\n")
+    if args.png:
+        plot(report, Path(args.png))
+    print(f"shipped: {json.dumps(report['shipped'])} (matches SC_DEFAULT: {report['shipped_default_matches_code']})")
+    for s, r in report["sets"].items():
+        print(f"{s} ({r['problems']} problems x {r['samples']} samples, {r['orders']} orders):")
+        for name, m in r["methods"].items():
+            if isinstance(m, dict):
+                ci = m["ci95"]
+                print(f"  {name:22s} x{m['token_ratio']:.3f} [{ci['token_ratio'][0]:.3f}, {ci['token_ratio'][1]:.3f}]"
+                      f"  {100 * m['accuracy_delta']:+.2f} pt [{100 * ci['accuracy_delta'][0]:+.1f}, "
+                      f"{100 * ci['accuracy_delta'][1]:+.1f}]  {json.dumps(m.get('policy', ''))}")
+        print(f"  targets: {r['targets']}")
+
+
+if __name__ == "__main__":
+    main()

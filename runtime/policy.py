@@ -163,47 +163,61 @@ class Threshold(Policy):
         return f"Threshold(tau={self.tau}, detect_at={self.detect_at}, every={self.every})"
 
 
-class Even(Policy):
+class _Budget(Policy):
+    """A baseline with one fixed budget: stop once ``spent(program)`` reaches it.
+
+    Subclasses name the budget's argument (``arg``), the exit ``reason`` and what counts."""
+
+    arg: ClassVar[str]
+    reason: ClassVar[str]
+
+    def __init__(self, budget: int) -> None:
+        if not _count(budget):
+            raise ConfigError(f"{type(self).__name__} {self.arg} must be >= 1, got {budget!r}")
+        setattr(self, self.arg, budget)
+
+    @property
+    def budget(self) -> int:
+        return getattr(self, self.arg)
+
+    def spent(self, program: "Program") -> int:
+        raise NotImplementedError
+
+    def decide(self, program: "Program") -> Decision:
+        return Decision(True, self.reason) if self.spent(program) >= self.budget else CONTINUE
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, self.arg: self.budget}
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.budget})"
+
+
+class Even(_Budget):
     """Baseline: a fixed budget of ``cap`` knob units for every program."""
 
-    kind = "even"
+    kind, arg, reason = "even", "cap", "budget"
 
     def __init__(self, cap: int) -> None:
-        if not _count(cap):
-            raise ConfigError(f"Even cap must be >= 1, got {cap!r}")
-        self.cap = cap
+        super().__init__(cap)
+
+    def spent(self, program: "Program") -> int:
+        return program.knob_value
 
     def budget_cap(self, program: "Program") -> int | None:
         return self.cap if program.knob_cap is None else min(self.cap, program.knob_cap)
 
-    def decide(self, program: "Program") -> Decision:
-        return Decision(True, "budget") if program.knob_value >= self.cap else CONTINUE
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, "cap": self.cap}
-
-    def __repr__(self) -> str:
-        return f"Even({self.cap})"
-
-
-class Length(Policy):
+class Length(_Budget):
     """Baseline: stop once the program has used ``max_tokens`` decode tokens (all kinds)."""
 
-    kind = "length"
+    kind, arg, reason = "length", "max_tokens", "length"
 
     def __init__(self, max_tokens: int) -> None:
-        if not _count(max_tokens):
-            raise ConfigError(f"Length max_tokens must be >= 1, got {max_tokens!r}")
-        self.max_tokens = max_tokens
+        super().__init__(max_tokens)
 
-    def decide(self, program: "Program") -> Decision:
-        return Decision(True, "length") if program.tokens.total >= self.max_tokens else CONTINUE
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, "max_tokens": self.max_tokens}
-
-    def __repr__(self) -> str:
-        return f"Length({self.max_tokens})"
+    def spent(self, program: "Program") -> int:
+        return program.tokens.total
 
 
 POLICY_KINDS: Registry[Policy] = Registry("policy kind")

@@ -66,7 +66,8 @@ def main() -> list[pathlib.Path]:
 
     outputs = ["17 * 20 + 17 * 4 = 408. \\boxed{408}", "about 400, so \\boxed{398}", "\\boxed{408}",
                "\\boxed{412}", "\\boxed{408}", "\\boxed{408}", "\\boxed{408}", "\\boxed{408}"]
-    sc = ct.Runtime(ct.ScriptedBackend(responses=outputs)).run_sync(build("sc", cap=16), question="What is 17 * 24?")
+    sc = ct.Runtime(ct.ScriptedBackend(responses=outputs)).run_sync(
+        build("sc", cap=16, policy=ct.Threshold(0.55, detect_at=4, every=4)), question="What is 17 * 24?")
     plot_certaindex(sc, OUT / "certaindex_sc.png", threshold=0.55,
                     title="SC (fake model): certaindex per branch; checked every 4, stops at 8 of 16")
     mcts2 = ct.Runtime(tree_backend()).run_sync(

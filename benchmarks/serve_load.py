@@ -31,6 +31,7 @@ import time
 from typing import Any
 
 from certa.algorithms.programs.library import build
+from certa.runtime.policy import Threshold
 from certa.runtime import ScriptedBackend
 from certa.serve import Server
 from certa.serve.launch import start_background
@@ -54,7 +55,8 @@ def responder(hard_every: int):
 def make_server(scheduler: str, *, hard_every: int, latency: float, token_latency: float, max_inflight: int,
                 max_concurrent: int | None = None) -> tuple[Server, ScriptedBackend]:
     backend = ScriptedBackend(responder(hard_every), latency=latency, token_latency=token_latency)
-    program = build("sc", branches_per_round=4, cap=16, max_tokens=64)
+    program = build("sc", branches_per_round=4, cap=16, max_tokens=64,  # the policy its documented figures used
+                    policy=Threshold(0.55, detect_at=4, every=4))
     server = Server({"sc": program}, backend, scheduler=scheduler, max_inflight=max_inflight,
                     max_concurrent=max_concurrent)
     return server, backend

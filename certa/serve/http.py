@@ -239,7 +239,7 @@ class _EventStream:
         finally:
             for t in (pump, gone):
                 t.cancel()
+            await self.stream.aclose()  # abort the program first: the pump then ends even if it missed its cancel
             await asyncio.gather(pump, gone, return_exceptions=True)
-            await self.stream.aclose()  # aborts the program if it is still running
         if pump.cancelled() or pump.exception() is not None:
             log.info("request_id=%s client disconnected mid-stream: program aborted", self.stream.request_id)

@@ -87,13 +87,31 @@ class CompletionStream:
                     raise ShuttingDownError("the server shut down before the program finished",
                                             program=prog.program_id)
                 return self._server._conclude(job, task.result())
-            if self._heartbeat_s is None:
-                await self._wake.wait()
-                continue
-            try:
-                await asyncio.wait_for(self._wake.wait(), self._heartbeat_s)
-            except asyncio.TimeoutError:
+            if self._closed:  # aclose() ran while this waited: the program is gone
+                raise StopAsyncIteration
+            if await self._wait(self._heartbeat_s):
                 return Heartbeat()
+
+    async def _wait(self, timeout: float | None) -> bool:
+        """Wait for news; True if ``timeout`` seconds passed first. A timer sets the event
+        instead of ``asyncio.wait_for``, which on Python 3.10/3.11 swallows a cancel that lands
+        while the event fires (a disconnected client's program then ran on to its cap)."""
+        if timeout is None:
+            await self._wake.wait()
+            return False
+        expired = False
+
+        def expire() -> None:
+            nonlocal expired
+            expired = True
+            self._wake.set()
+
+        timer = asyncio.get_running_loop().call_later(timeout, expire)
+        try:
+            await self._wake.wait()
+        finally:
+            timer.cancel()
+        return expired
 
     async def aclose(self) -> None:
         """Stop: abort the program if it is still running (its backend requests too)."""

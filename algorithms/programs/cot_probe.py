@@ -38,11 +38,11 @@ Example:
     >>> r = ct.Runtime(b).run_sync(cot_program("high", max_tokens=256), question="9 * 2?")
     >>> r.answer, r.exit_reason, r.tokens.main
     ('18', 'certaindex', 128)
-    >>> chain = "9 * 2 = 18. So the answer is 18. Wait, let me check: 9 * 2 = 18. Yes, the answer is 18. " + "ok " * 99
+    >>> chain = "9 * 2 = 18. So the answer is 18. Wait, let me check: 9 * 2 = 18. Yes, the answer is 18. " + "ok " * 400
     >>> b = ct.ScriptedBackend(responses=[chain], probe=lambda text, suffix: "18}")
-    >>> r = ct.Runtime(b).run_sync(cot_program("text", max_tokens=256, family="r1"), question="9 * 2?")
+    >>> r = ct.Runtime(b).run_sync(cot_program("text", max_tokens=512, family="r1"), question="9 * 2?")
     >>> r.answer, r.exit_reason, r.tokens.main, r.tokens.probe
-    ('18', 'certaindex', 64, 1)
+    ('18', 'certaindex', 288, 1)
 """
 
 from __future__ import annotations
@@ -88,7 +88,7 @@ def certa_signal(k: int = 3) -> CoTSignal:
 TEXT_INTERVAL = 32
 """Tokens between text probes of the ``text`` preset (reading the stream is free)."""
 
-TEXT_DEFAULT: dict[str, Any] = {"kinds": "strict", "confirm": 1, "quiet": 60, "survive": 0}
+TEXT_DEFAULT: dict[str, Any] = {"kinds": "conclude", "confirm": 2, "quiet": 150, "survive": 800}
 """The ``text`` preset's rule (:func:`text_signal`), chosen by leave-one-model-out over the
 reasoning dev traces (``benchmarks/reasoning_cot.py``, docs/results/reasoning/)."""
 

@@ -129,6 +129,7 @@ def _hypothetical(text: str, anchor: int) -> bool:
     return bool(_HYPOTHETICAL.search(text[start:anchor + 12]))
 
 
+@functools.lru_cache(maxsize=4096)
 def asked_quantity(question: str) -> frozenset[str]:
     """Words naming what the question asks for ("how many apples" -> {"apple", "apples"};
     money and percent questions also accept ``$``/``%``). Empty: no constraint.

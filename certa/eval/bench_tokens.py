@@ -25,7 +25,7 @@ and a ``curve`` of held-out points for its family. :func:`plot` draws the curves
 imported only then).
 
 Example:
-    >>> from certa.runtime.sim.synth import synth_traces
+    >>> from certa.simulation.synth import synth_traces
     >>> out = bench_tokens(synth_traces(10, seed=0, samples=6, probed=2), "sc", reps=50)
     >>> sorted(out["methods"])[:3], out["heldout_problems"]
     (['adaptive-consistency', 'baseline-even', 'baseline-length'], 5)
@@ -42,7 +42,7 @@ from certa.runtime.policy import Length, Threshold
 from certa.eval.traces import TraceProblem
 
 from certa.eval.calibration import METHODS, Candidate, calibrate, candidates, check_not_reserved, even_ladder, split_problems
-from certa.algorithms.programs.cot_probe import CERTA_INTERVAL, PRESETS, certa_signal
+from certa.algorithms.programs.cot_probe import CERTA_INTERVAL, PRESETS, TEXT_INTERVAL, certa_signal, text_signal
 from certa.eval.evalstats import compare
 from certa.eval.replay_eval import ProgramKind, Replayer, Scores, check_traces
 from certa.eval.cot_grid import forced_answer_oracle, forced_answer_run, has_text_probes
@@ -150,7 +150,8 @@ def bench_tokens(problems: Sequence[TraceProblem], program: ProgramKind, *, cal_
                     methods[name] = {"skipped": skip}
                 continue
             s = _run(c, rep)
-            label = f"certa default ({candidate_label(c)})" if c.signal is not None else \
+            label = (f"certa text default ({candidate_label(c)})" if name == "certa-text" else
+                     f"certa default ({candidate_label(c)})") if c.signal is not None else \
                 f"{name.removeprefix('dynasor-')} (k={c.k}, T={c.interval})"
             methods[name] = {**_point(c, s, even, reps, seed, label), "tokens_by_kind": s.summary()}
     return {"program": program, "problems": len(problems), "calibration_problems": len(cal),
@@ -164,12 +165,14 @@ def bench_tokens(problems: Sequence[TraceProblem], program: ProgramKind, *, cal_
 
 def preset_candidates() -> dict[str, Candidate]:
     """The fixed CoT rules as shipped, never calibrated: ``dynasor-<preset>`` for each of Dynasor's
-    presets (its rule over k probes) and ``certa-preset``, the default ``cot_program``'s certaindex;
+    presets (its rule over k probes), ``certa-preset``, the default ``cot_program``'s certaindex,
+    and ``certa-text``, ``cot_program("text")``'s (text probes: reads the chain's committed answer);
     each stops the first time its signal reaches 1.0."""
     first = Threshold(1.0, detect_at=1, every=1)
     out = {f"dynasor-{n}": Candidate("preset", first, k=k, interval=t) for n, (k, t) in PRESETS.items()}
     sig = certa_signal()
     out["certa-preset"] = Candidate("preset", first, k=sig.window, interval=CERTA_INTERVAL, signal=sig)
+    out["certa-text"] = Candidate("preset", first, k=1, interval=TEXT_INTERVAL, signal=text_signal())
     return out
 
 

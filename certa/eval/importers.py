@@ -109,9 +109,8 @@ class Tokenizer:
         with _quiet_stderr():  # llama.cpp logs a context warning from C even when not verbose
             llm = llama_cpp.Llama(model_path=str(path), vocab_only=True, verbose=False)
         kind = llm.metadata.get("tokenizer.ggml.pre", "bpe")
-        return cls(f"{kind}-bpe:{path.name}",
-                   lambda b: llm.tokenize(b, add_bos=False, special=False),
-                   lambda t: llm.detokenize([t]))
+        piece = functools.lru_cache(maxsize=None)(lambda t: llm.detokenize([t]))
+        return cls(f"{kind}-bpe:{path.name}", lambda b: llm.tokenize(b, add_bos=False, special=False), piece)
 
     def count(self, text: str) -> int:
         """Tokens of ``text``."""

@@ -15,7 +15,8 @@ from rich.console import Console
 from rich.table import Table
 
 from certa.algorithms.programs.library import PROGRAMS
-from certa.cli_choices import BACKEND_HELP, PROGRAM_HELP, SCHEDULER_HELP, backend_options, make_runtime, registry_epilog
+from certa.cli_choices import (BACKEND_HELP, PROGRAM_HELP, SCHEDULER_HELP, backend_options, check_backend, make_runtime,
+                               registry_epilog)
 from certa.cli_errors import error_line, fail
 from certa.runtime.backends.registry import BACKENDS
 from certa.runtime.errors import CertaError, ConfigError
@@ -27,8 +28,16 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
 console = Console(stderr=True)
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from certa import __version__
+        typer.echo(f"certa {__version__}")
+        raise typer.Exit()
+
+
 @app.callback()
-def _root() -> None:
+def _root(version: bool = typer.Option(False, "--version", is_eager=True, callback=_print_version,
+                                       help="print the version and exit")) -> None:
     """certa: declarative LLM reasoning programs with certaindex early exit."""
 
 
@@ -147,13 +156,14 @@ def _run(target, dataset, idx, limit, backend, model, url, policy, scheduler, co
     from certa.loading import load_target
     from certa.progress import BatchProgress
 
+    check_backend(backend)  # a --backend typo is the error shown, not a missing data directory
     program = load_target(target, _program_options(policy, target) if policy and ".py" not in target else None)
     if policy:
         pol = _load_policy(policy)
         if not hasattr(program, "with_policy"):
             raise ConfigError(f"{target} is not a compiled graph; --policy needs one")
         program = program.with_policy(pol)
-    problems = load_dataset(dataset, idx=idx, limit=limit)
+    problems = load_dataset(dataset, idx=idx, limit=limit, sample_fallback=_note)
     runtime = make_runtime(backend, model, scheduler, **backend_options(backend, None, url))
     jr = Journal(journal, resume=resume) if journal else None
     console.print(f"running [bold]{target}[/bold] on {len(problems)} {dataset} problems with backend "
@@ -175,6 +185,12 @@ def _run(target, dataset, idx, limit, backend, model, url, policy, scheduler, co
                        "tokens": {k: report.tokens(k) for k in ("main", "probe", "score", "prompt", "total")},
                        "tokens_saved": report.tokens_saved, "exit_reasons": report.exit_reasons(),
                        "rows": report.rows}, f, indent=1)
+
+
+def _note(text: str) -> None:
+    """One unwrapped note line on stderr (e.g. that the bundled sample stands in for the data)."""
+    from rich.markup import escape
+    console.print(f"[yellow]note[/yellow]: {escape(text)}", soft_wrap=True, highlight=False)
 
 
 def _print_report(report, detail: bool) -> None:

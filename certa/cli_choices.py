@@ -21,8 +21,8 @@ from certa.runtime.errors import ConfigError
 from certa.runtime.registry import Registry
 from certa.runtime.scheduling.policies import POLICIES
 
-__all__ = ["BACKEND_HELP", "PROGRAM_HELP", "SCHEDULER_HELP", "auto_backend", "backend_options", "make_runtime",
-           "registry_epilog"]
+__all__ = ["BACKEND_HELP", "PROGRAM_HELP", "SCHEDULER_HELP", "auto_backend", "backend_options", "check_backend",
+           "make_runtime", "registry_epilog"]
 
 PROGRAM_HELP = f"built-in program ({PROGRAMS.choices()}) or FILE.py:attr"
 BACKEND_HELP = f"auto, {BACKENDS.choices()}"
@@ -47,6 +47,18 @@ def backend_options(backend: str, model: Optional[str], url: Optional[str]) -> d
     if url:
         opts["base_url"] = url.split(",") if "," in url else url
     return opts
+
+
+def check_backend(backend: str) -> None:
+    """Raise ``ConfigError`` (listing the choices) for a ``--backend`` name no one registered.
+
+    Checked before anything slow or anything else that can fail (loading data), so a typo
+    is the error the user sees. ``auto`` is always valid.
+
+    >>> check_backend("scripted")
+    """
+    if backend != "auto":
+        BACKENDS.entry(backend)
 
 
 def make_runtime(backend: str, model: Optional[str], scheduler: str = "fcfs", **opts: Any):

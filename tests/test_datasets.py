@@ -130,3 +130,35 @@ def test_data_dir_resolution(tmp_path, monkeypatch):
         assert "CERTA_DATA" in str(info.value)
     (tmp_path / "shared" / "data").mkdir(parents=True)
     assert ds.data_dir() == tmp_path / "shared" / "data"
+
+
+def test_bundled_sample_stands_in_only_when_asked(tmp_path, monkeypatch):
+    monkeypatch.setenv("CERTA_DATA", str(tmp_path / "nowhere"))
+    with pytest.raises(DatasetError, match="CERTA_DATA"):  # without sample_fallback: an error, as before
+        load_dataset("gsm8k")
+    notes: list[str] = []
+    problems = load_dataset("gsm8k", sample_fallback=notes.append)
+    assert [p.idx for p in problems] == list(range(10)) and len(notes) == 1
+    assert "using the 10 bundled sample problems" in notes[0] and "CERTA_DATA" in notes[0]
+    assert problems[0].gold == "18" and problems[0].question.startswith("Janet")
+    assert all(p.dataset == "gsm8k" and p.gold for p in problems)
+    more: list[str] = []
+    assert len(load_dataset("gsm8k", limit=25, sample_fallback=more.append)) == 10
+    assert "limit 25 asks for more than the 10 there are" in more[0]
+    assert [p.idx for p in load_dataset("gsm8k", idx="3:5", sample_fallback=notes.append)] == [3, 4]
+    with pytest.raises(DatasetError, match="no problem with idx") as info:
+        load_dataset("gsm8k", idx=12, sample_fallback=notes.append)
+    assert "bundled sample" in (info.value.hint or "")
+    with pytest.raises(DatasetError, match="reserved"):
+        load_dataset("gsm8k", idx=900, sample_fallback=notes.append)
+    with pytest.raises(DatasetError, match="CERTA_DATA"):  # no sample ships for math500
+        load_dataset("math500", sample_fallback=notes.append)
+
+
+def test_bundled_sample_is_the_dev_rows_of_the_full_file(data):
+    sample = load_dataset(ds.sample_path("gsm8k"))
+    full = load_dataset("gsm8k", idx="0:10")
+    assert [(p.idx, p.question, p.gold) for p in sample] == [(p.idx, p.question, p.gold) for p in full]
+    assert all(p.idx < ds.RESERVED_FROM["gsm8k"] for p in sample)
+    rows = ds.sample_path("gsm8k").read_bytes().splitlines(keepends=True)
+    assert rows == (data / "gsm8k" / "test.jsonl").read_bytes().splitlines(keepends=True)[:10]

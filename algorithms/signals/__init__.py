@@ -20,3 +20,5 @@ __all__ = [
 ]
 from certa.algorithms.signals.votes import VoteView, sample_confidence, vote_certainty, vote_view, vote_weights  # noqa: E402
 __all__ += ['VoteView', 'sample_confidence', 'vote_certainty', 'vote_view', 'vote_weights']
+from certa.algorithms.signals.text import Committed, committed_answer, for_problem, statements  # noqa: E402
+__all__ += ['Committed', 'committed_answer', 'for_problem', 'statements']

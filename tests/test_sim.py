@@ -14,7 +14,7 @@ from certa.algorithms.signals import entropy_certainty
 from certa.eval.replay_backend import estimate_probe_tokens
 from certa.eval.traces import Probe, Sample, TraceProblem, load_traces
 from certa.runtime import Knob, Program
-from certa.runtime.sim.clock import SimulationStalledError, VirtualClockLoop, run_virtual
+from certa.runtime.sim.clock import VirtualClockLoop, run_virtual
 from certa.runtime.sim.cost_model import CostModel, IterationRecord, RecordWriter, load_records, prefill_pairs
 from certa.runtime.sim.engine import EngineConfig, SimEngine, SimRequest
 from certa.runtime.sim.fit import fit_cost_model, validate
@@ -377,7 +377,7 @@ def test_virtual_clock_jumps_to_the_next_timer_and_runs_idle_callbacks_first():
     async def deadlock():
         await asyncio.get_running_loop().create_future()
 
-    with pytest.raises(SimulationStalledError):
+    with pytest.raises(ConfigError, match="simulation stalled"):
         run_virtual(deadlock())
 
 

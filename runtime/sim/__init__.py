@@ -18,7 +18,7 @@ Example:
 """
 
 from certa.runtime.sim.backend import SimBackend, SimSequence
-from certa.runtime.sim.clock import SimulationStalledError, VirtualClockLoop, run_virtual
+from certa.runtime.sim.clock import VirtualClockLoop, run_virtual
 from certa.runtime.sim.cost_model import CostModel, IterationRecord, RecordWriter, load_records, prefill_pairs, save_records
 from certa.runtime.sim.engine import EngineConfig, SimEngine, SimRequest
 from certa.runtime.sim.estimates import HistoryScheduler
@@ -28,7 +28,7 @@ from certa.runtime.sim.presets import PRESETS, Preset, get_preset
 
 __all__ = [
     "CostModel", "EngineConfig", "FitReport", "HistoryScheduler", "IterationRecord", "PRESETS", "Preset",
-    "RecordWriter", "SimBackend", "SimEngine", "SimRequest", "SimSequence", "SimulationStalledError",
+    "RecordWriter", "SimBackend", "SimEngine", "SimRequest", "SimSequence",
     "ValidationReport", "VirtualClockLoop", "fit_cost_model", "get_preset", "load_records", "max_rate_at",
     "prefill_pairs", "run_virtual", "save_records", "summarize", "validate",
 ]

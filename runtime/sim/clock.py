@@ -9,8 +9,8 @@ if none is registered it jumps straight to the earliest timer. So the real
 programs in simulated time, as fast as the CPU allows. :meth:`~VirtualClockLoop.next_deadline`
 tells an engine how far it may run before an outside event (an arrival) is due.
 
-A loop that would wait forever (no ready callback, no timer, nothing idle-pending) raises
-:class:`SimulationStalledError` instead of hanging.
+A loop that would wait forever (no ready callback, no timer, nothing idle-pending) raises a
+:class:`~certa.runtime.errors.ConfigError` ("simulation stalled") instead of hanging.
 
 Example:
     >>> import asyncio
@@ -33,10 +33,6 @@ from typing import Any, TypeVar
 from certa.runtime.errors import ConfigError
 
 T = TypeVar("T")
-
-
-class SimulationStalledError(ConfigError):
-    """The simulation can make no progress: every task waits and nothing is scheduled."""
 
 
 class _VirtualSelector(selectors.DefaultSelector):
@@ -93,7 +89,7 @@ class VirtualClockLoop(asyncio.SelectorEventLoop):
         due = self.next_deadline()
         if due is None:
             if timeout is None:
-                raise SimulationStalledError("simulation stalled: every task waits and nothing is scheduled",
+                raise ConfigError("simulation stalled: every task waits and nothing is scheduled",
                                              hint="a request larger than the admission limits?")
             due = self._now + timeout
         self._now = max(self._now, due)
@@ -105,4 +101,4 @@ def run_virtual(coro: Coroutine[Any, Any, T], start: float = 0.0) -> T:
         return runner.run(coro)
 
 
-__all__ = ["SimulationStalledError", "VirtualClockLoop", "run_virtual"]
+__all__ = ["VirtualClockLoop", "run_virtual"]

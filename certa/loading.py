@@ -18,6 +18,11 @@ def load_target(target: str, options: dict[str, Any] | None = None) -> Any:
     ``cot``, ...) or ``path/to/file.py:attribute`` (``:attribute`` defaults to ``program``).
     ``options`` are factory keywords for a built-in program (a calibrated policy file's
     ``program`` section: e.g. CoT's ``k``, ``interval`` and ``signal``).
+
+    While a file runs, its folder is first on ``sys.path``, so it can import its neighbours
+    (``from helper import vote`` next to ``prog.py``), as ``python prog.py`` would allow;
+    ``sys.path`` is restored afterwards (the imported neighbours stay in ``sys.modules``, so
+    module-level imports keep working; an ``import`` deferred into a step body does not).
     """
     path, _, attr = target.partition(":")
     if options and path.endswith(".py"):
@@ -26,11 +31,7 @@ def load_target(target: str, options: dict[str, Any] | None = None) -> Any:
         file = pathlib.Path(path)
         if not file.exists():
             raise ConfigError(f"program file {path} does not exist")
-        spec = importlib.util.spec_from_file_location(f"certa_user_{file.stem}", file)
-        assert spec and spec.loader
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = module
-        spec.loader.exec_module(module)
+        module = _exec_file(file)
         name = attr or "program"
         if not hasattr(module, name):
             raise ConfigError(f"{path} has no attribute {name!r}", hint="use FILE.py:attribute")
@@ -42,3 +43,24 @@ def load_target(target: str, options: dict[str, Any] | None = None) -> Any:
         return build(target, **(options or {}))
     raise ConfigError(f"unknown program {target!r}",
                       hint=f"use a built-in name ({PROGRAMS.choices()}) or FILE.py:attribute")
+
+
+def _exec_file(file: pathlib.Path) -> Any:
+    """Import ``file`` as module ``certa_user_<stem>`` with its folder on ``sys.path`` meanwhile."""
+    spec = importlib.util.spec_from_file_location(f"certa_user_{file.stem}", file)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    folder = str(file.resolve().parent)
+    sys.modules[spec.name] = module
+    sys.path.insert(0, folder)
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        sys.modules.pop(spec.name, None)
+        raise
+    finally:
+        try:
+            sys.path.remove(folder)  # the entry we added (the first equal one), even if the file added others
+        except ValueError:
+            pass
+    return module

@@ -181,7 +181,8 @@ def _print(table: list[dict], default: str, shipped: str, loo: dict) -> None:
     print(f"fixed default chosen on all files: {default}; shipped: {shipped}")
     for m, v in loo.items():
         print(f"  LOO {m}: {v['choice']}")
-    print(f"{'file':40s} {'full acc':>8s} {'tokens':>7s} | {'default x':>9s} {'d pt':>6s} | {'LOO x':>6s} {'d pt':>6s} |"
+    print(f"{'file':40s} {'full acc':>8s} {'tokens':>7s} | {'default x':>9s} {'d pt':>6s} | "
+          f"{'LOO x':>6s} {'d pt':>6s} |"
           f" {'oracle x':>8s} | dynasor@acc")
     for r in table:
         f, d, lo, o = r["full_chain"], r["default"], r["loo"], r["oracle"]

@@ -39,7 +39,8 @@ def test_states_hesitates_confirms_exits_after_confirmation_and_forces_the_answe
     assert confirmed_at <= r.tokens.main < confirmed_at + 8 + 1  # exits at the first read after confirming
     assert r.tokens.main < _words(chain)
     # one request beside the chain: the forced answer, after closing the thought the R1 way
-    assert suffixes == [close_thought("r1")] and suffixes[0].startswith("\n</think>") and suffixes[0].endswith("\\boxed{")
+    assert suffixes == [close_thought("r1")]
+    assert suffixes[0].startswith("\n</think>") and suffixes[0].endswith("\\boxed{")
     assert r.tokens.probe == 2  # the answer decode is counted ("18} \\]": two scripted tokens)
     assert [q.kind for q in backend.requests] == ["main", "probe"]  # the chain, then the forced answer only
     assert "\\boxed{18}" in cot_output(r)

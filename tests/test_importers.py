@@ -20,8 +20,8 @@ APPROX = Tokenizer.approximate()
 
 def _import(tmp_path: Path, name: str, fmt: str = "auto", **kw) -> tuple:
     out = tmp_path / (name + ".out.jsonl")
-    rep = import_traces(DATA / name, out, fmt=fmt, tokenizer=kw.pop("tokenizer", APPROX), interval=kw.pop("interval", 8),
-                        **kw)
+    tok, interval = kw.pop("tokenizer", APPROX), kw.pop("interval", 8)
+    rep = import_traces(DATA / name, out, fmt=fmt, tokenizer=tok, interval=interval, **kw)
     return rep, load_traces(out)
 
 
@@ -29,7 +29,8 @@ def test_reasoning_schema_splits_think_grades_and_probes(tmp_path):
     rep, probs = _import(tmp_path, "reasoning_gsm8k.jsonl", "reasoning-gsm8k")
     assert rep.written == 2 and rep.skipped == [(3, "no thinking text (failed or empty generation)")]
     p0, p1 = probs
-    assert (p0.idx, p0.gold, p0.model_extra["dataset"], p0.model_extra["tokenizer"]) == (0, "18", "gsm8k", "approx-chars/4")
+    extra = p0.model_extra
+    assert (p0.idx, p0.gold, extra["dataset"], extra["tokenizer"]) == (0, "18", "gsm8k", "approx-chars/4")
     s = p0.samples[0]
     assert not s.text.startswith("<think>") and "</think>" not in s.text
     assert (s.pred, s.correct, s.finished) == ("18", True, True)

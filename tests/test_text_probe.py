@@ -121,7 +121,8 @@ def test_replay_exits_on_text_probes_and_pays_the_forced_answer(traces):
     forced = forced_answer_run(rep, Threshold(1.0, detect_at=1, every=1), k=1, interval=8, signal=rule)
     assert plain.exits == {"certaindex": 1, "done": 1} and full.probe.sum() == 0  # text probes cost nothing
     assert plain.tokens[0] < full.tokens[0] and plain.correct[0] == 1.0  # exits at the stated 18
-    assert (forced.tokens - plain.tokens).tolist() == [3.0, 0.0]  # "18}": answer + closing brace; a finished chain pays none
+    # "18}": answer + closing brace; a chain that finished pays nothing
+    assert (forced.tokens - plain.tokens).tolist() == [3.0, 0.0]
     assert forced.prefill.tolist() == [10.0, 0.0]
     oracle = forced_answer_oracle(rep)
     assert oracle.tokens[0] < full.tokens[0] and oracle.correct.tolist() == full.correct.tolist()

@@ -156,7 +156,8 @@ def cot_program(preset: str = "certa", *, max_tokens: int = 1024, family: str = 
     if isinstance(signal, dict):
         rule = signal_from_dict(signal)
     else:
-        rule = signal or {"certa": lambda: certa_signal(k), "text": text_signal}.get(preset, lambda: ProbeAgreement(k))()
+        made = {"certa": lambda: certa_signal(k), "text": text_signal}.get(preset, lambda: ProbeAgreement(k))
+        rule = signal or made()
     probe_from = max(0, rule.min_tokens - (rule.window - 1) * interval)
     probe_suffix, closing = probe_text(family), close_thought(family)
     g = Graph(CoTState, knob=Knob("tokens", cap=max_tokens), name=name)

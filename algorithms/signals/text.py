@@ -54,7 +54,8 @@ DOUBT_WORDS: tuple[str, ...] = ("wait", "hmm", "hold on", "actually", "double-ch
 """What follows a tentative answer: the chain is re-verifying it (whole words, case-insensitive)."""
 
 _DOUBT = re.compile(r"\b(?:" + "|".join(re.escape(w) for w in DOUBT_WORDS) + r")\b", re.IGNORECASE)
-_HYPOTHETICAL = re.compile(r"\b(?:if|would|could|might|maybe|perhaps|suppose|assuming|unless|whether|or)\b", re.IGNORECASE)
+_HYPOTHETICAL = re.compile(r"\b(?:if|would|could|might|maybe|perhaps|suppose|assuming|unless|whether|or)\b",
+                           re.IGNORECASE)
 _NOT_FINAL = re.compile(r"^\s*(?:\?|[-+*/×÷^=]|\\times|\\cdot|\(|[a-z]*\s*[-+*/×÷=]\s*\d)")
 _BOX = re.compile(r"\\(?:boxed|fbox)\s*\{")
 _ANSWER = re.compile(r"\b(?:final\s+answer|answer)\s*(?:is|should\s+be|would\s+be|will\s+be|=|:)\s*:?\s*",

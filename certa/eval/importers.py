@@ -227,7 +227,8 @@ def _outputs(row: dict[str, Any], fmt: str, where: str) -> list[Any]:
 
 def detect(row: dict[str, Any], where: str = "<row>") -> str:
     """The format a row is in (``auto``), or TraceFormatError."""
-    if "thinking_content" in row or "full_reasoning" in row or "problem" in row and ("result" in row or "status" in row):
+    shared = "thinking_content" in row or "full_reasoning" in row
+    if shared or "problem" in row and ("result" in row or "status" in row):
         return "reasoning"
     if "choices" in row or isinstance(row.get("response"), dict):
         return "openai"

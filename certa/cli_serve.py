@@ -55,6 +55,10 @@ def serve(
     shutdown_timeout: float = typer.Option(30.0, help="seconds running programs get to finish on shutdown"),
     log_level: str = typer.Option("info", help="debug, info, warning, error"),
     debug: bool = typer.Option(False, help="show full tracebacks"),
+    api_key: List[str] = typer.Option([], "--api-key", help="require this key (Authorization: Bearer KEY); "
+                                      "repeatable; also $CERTA_API_KEY (comma-separated)"),
+    api_key_file: Optional[str] = typer.Option(None, help="require one of the keys in this file (one a line)"),
+    public_metrics: bool = typer.Option(False, help="serve /metrics without a key"),
 ) -> None:
     """Serve reasoning programs behind an OpenAI-compatible API with certaindex early exit.
 
@@ -75,8 +79,9 @@ def serve(
         logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         console.print(f"serving [bold]{', '.join(server.models)}[/bold] on http://{host}:{port}/v1 with backend "
                       f"[bold]{type(server.runtime.backend).__name__}[/bold], scheduler [bold]{scheduler}[/bold]")
-        from certa.serve.launch import run
-        run(server, host, port, shutdown_timeout=shutdown_timeout, log_level=log_level)
+        from certa.serve.launch import run, security_options
+        run(server, host, port, shutdown_timeout=shutdown_timeout, log_level=log_level,
+            **security_options(host, api_key, api_key_file, public_metrics, warn=console.print))
     except (CertaError, OSError) as exc:
         _fail(exc, debug)
 
@@ -88,18 +93,13 @@ def _build_server(programs: List[str], backend: str, model: Optional[str], url: 
     if backend == "auto":
         backend = auto_backend()
     opts: dict[str, Any] = {**_parse_opts(backend_opts), **backend_options(backend, model, url)}
-    specs = {_name(p): p for p in programs}
+    from certa.serve.programs import served_programs
+    specs = served_programs(programs)  # a file's program is served under its graph's name
     try:
         return Server(specs, backend, scheduler=scheduler, **limits, **opts)
     except TypeError as exc:  # an option the backend does not take
         from certa.runtime.errors import ConfigError
         raise ConfigError(f"bad option for backend {backend!r}: {exc}", hint="see docs/backends.md") from None
-
-
-def _name(spec: str) -> str:
-    """The model name a program is served under: the built-in name, or the attribute of FILE.py:attr."""
-    path, _, attr = spec.partition(":")
-    return attr or (path.rsplit("/", 1)[-1].removesuffix(".py") if path.endswith(".py") else path)
 
 
 def _parse_opts(items: List[str]) -> dict[str, Any]:

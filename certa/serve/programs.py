@@ -30,7 +30,7 @@ from certa.runtime.policy import CONTINUE, Decision, Policy
 from certa.runtime.program import Program
 from certa.runtime.types import Knob
 
-__all__ = ["ServedProgram", "TokenBudget"]
+__all__ = ["ServedProgram", "TokenBudget", "served_programs"]
 
 _CACHE_SIZE = 64
 
@@ -78,7 +78,14 @@ class ServedProgram:
 
     @classmethod
     def resolve(cls, spec: Any, name: str | None = None) -> ServedProgram:
-        """From a built-in name, ``FILE.py:attr``, a compiled graph or a Program class."""
+        """From a built-in name, ``FILE.py:attr``, a compiled graph, a Program class or a ServedProgram.
+
+        Without ``name`` the model name is the built-in name, else the program's own name
+        (a graph's ``name=``, a Program class's ``name`` or class name); a file's attribute or
+        stem is used only for a program without one.
+        """
+        if isinstance(spec, ServedProgram):
+            return spec if name is None or name == spec.name else cls(name, spec.target, spec.library)
         if isinstance(spec, str):
             from certa.loading import load_target
             target = load_target(spec)
@@ -130,6 +137,26 @@ class ServedProgram:
         if max_tokens is not None:
             prog.policy = TokenBudget(prog.policy, max_tokens)
         return prog
+
+
+def served_programs(specs: list[Any]) -> dict[str, ServedProgram]:
+    """Resolve ``specs`` (as ``certa serve --program`` gives them) to ``{model name: program}``.
+
+    Each is named by :meth:`ServedProgram.resolve` (a file's program by its graph name); two
+    programs under one name are a ``ConfigError``, not a silent overwrite.
+
+    >>> list(served_programs(["sc", "cot"]))
+    ['sc', 'cot']
+    """
+    out: dict[str, ServedProgram] = {}
+    given: dict[str, Any] = {}
+    for spec in specs:
+        sp = ServedProgram.resolve(spec)
+        if sp.name in out:
+            raise ConfigError(f"two programs are served as {sp.name!r}: {given[sp.name]!r} and {spec!r}",
+                              hint="give the graphs different name=, or serve one of them")
+        out[sp.name], given[sp.name] = sp, spec if isinstance(spec, str) else sp.name
+    return out
 
 
 def _policy_from_dict(spec: dict[str, Any]) -> Policy:

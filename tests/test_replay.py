@@ -215,6 +215,15 @@ def test_replay_has_no_loop_of_its_own(monkeypatch):
     assert run_replay(ReplaySC(p, [0, 1, 2], Even(2))) == "budget" and seen == ["ReplayContext"]
 
 
+def test_replay_context_public_methods_take_no_private_argument():
+    import inspect
+
+    from certa.eval.replay import ReplayContext
+    for name, fn in inspect.getmembers(ReplayContext, inspect.isfunction):
+        if not name.startswith("_"):
+            assert not [p for p in inspect.signature(fn).parameters if p.startswith("_")], name
+
+
 def test_replayer_averages_orders_per_problem():
     problems = load_traces(DATA / "traces_tiny.jsonl")
     full = Replayer(problems, "sc", orders=3).run(Even(8))

@@ -240,10 +240,13 @@ class ReplayContext:
         return GenRequest(prompt=prompt, max_tokens=max_tokens, rid=f"{self.program.program_id}:{next(self._rids)}",
                           program_id=self.program.program_id)
 
-    async def gen(self, prompt: str, *, max_tokens: int = 256, kind: TokenKind = "main", **_: Any) -> GenResult:
+    async def gen(self, prompt: str, *, max_tokens: int = 256, kind: TokenKind = "main",
+                  **sampling: Any) -> GenResult:
+        """``Context.gen`` for a replay key; ``sampling`` (temperature, chat, ...) is moot: the trace decides."""
         return self._count(kind, self.backend.serve(self._req(prompt, max_tokens)))
 
-    async def sequence(self, prompt: str, *, max_tokens: int = 1024, **_: Any) -> "_CountedSequence":
+    async def sequence(self, prompt: str, *, max_tokens: int = 1024, **sampling: Any) -> "_CountedSequence":
+        """``Context.sequence`` for a replay key (``sampling`` moot, as for :meth:`gen`)."""
         return _CountedSequence(self, self.backend.open(self._req(prompt, max_tokens)))
 
 

@@ -18,8 +18,8 @@ from __future__ import annotations
 from certa.dsl.errors import CompileError
 from certa.runtime.errors import BackendError, CertaError, ConfigError, LimitExceededError, RuntimeFailure
 
-__all__ = ["BadRequestError", "ServerBusyError", "ShuttingDownError", "UnknownModelError", "error_type",
-           "http_status"]
+__all__ = ["BadRequestError", "ServerBusyError", "ShuttingDownError", "UnauthorizedError", "UnknownModelError",
+           "error_type", "http_status"]
 
 
 class BadRequestError(ConfigError):
@@ -54,8 +54,15 @@ class ShuttingDownError(RuntimeFailure):
     code, name = "CT413", "shutting-down"
 
 
+class UnauthorizedError(ConfigError):
+    """The request has no API key, or a wrong one (the server runs with ``--api-key``)."""
+
+    code, name = "CT414", "unauthorized"
+
+
 _STATUS: tuple[tuple[type[CertaError], int, str], ...] = (
     (UnknownModelError, 404, "invalid_request_error"),
+    (UnauthorizedError, 401, "invalid_request_error"),
     (ServerBusyError, 429, "rate_limit_error"),
     (ShuttingDownError, 503, "server_error"),
     (LimitExceededError, 400, "invalid_request_error"),

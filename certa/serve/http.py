@@ -24,6 +24,7 @@ import logging
 import re
 import time
 import uuid
+from collections.abc import Sequence
 from typing import Any
 
 from starlette.applications import Starlette
@@ -51,9 +52,12 @@ _SSE_HEADERS = [(b"content-type", b"text/event-stream; charset=utf-8"), (b"cache
 
 
 def create_app(server: Server, *, shutdown_timeout: float = 30.0, heartbeat_s: float = 15.0,
-               max_body_bytes: int = 4 << 20) -> Starlette:
+               max_body_bytes: int = 4 << 20, api_keys: Sequence[str] = (),
+               public_metrics: bool = False) -> Starlette:
     """The ASGI app for ``server``. On shutdown it lets running programs finish for up to
-    ``shutdown_timeout`` seconds, then aborts them; ``heartbeat_s``: SSE keep-alive comments."""
+    ``shutdown_timeout`` seconds, then aborts them; ``heartbeat_s``: SSE keep-alive comments.
+    ``api_keys``: if any, every route but ``/health`` (and ``/metrics`` when
+    ``public_metrics``) needs ``Authorization: Bearer KEY`` (see :mod:`certa.serve.auth`)."""
     api = _Api(server, heartbeat_s, max_body_bytes)
 
     @contextlib.asynccontextmanager
@@ -67,7 +71,11 @@ def create_app(server: Server, *, shutdown_timeout: float = 30.0, heartbeat_s: f
               Route("/v1/models/{model:path}", api.model, methods=["GET"]),
               Route("/health", api.health, methods=["GET"]),
               Route("/metrics", api.metrics, methods=["GET"])]
-    return Starlette(routes=routes, lifespan=lifespan, middleware=[Middleware(RequestIdMiddleware)])
+    middleware = [Middleware(RequestIdMiddleware)]
+    if api_keys:
+        from certa.serve.auth import ApiKeyMiddleware
+        middleware.append(Middleware(ApiKeyMiddleware, keys=api_keys, public_metrics=public_metrics))
+    return Starlette(routes=routes, lifespan=lifespan, middleware=middleware)
 
 
 class RequestIdMiddleware:
@@ -128,9 +136,7 @@ class _Api:
             declared = request.headers.get("content-length", "")
             if declared.isdigit() and int(declared) > self.max_body_bytes:  # refuse before reading it
                 raise BadRequestError(f"the request body has {declared} bytes, over the limit of {self.max_body_bytes}")
-            body = await request.body()
-            if len(body) > self.max_body_bytes:
-                raise BadRequestError(f"the request body has {len(body)} bytes, over the limit of {self.max_body_bytes}")
+            body = await self._read_body(request)
             try:
                 data = json.loads(body)
             except (ValueError, RecursionError):
@@ -151,6 +157,18 @@ class _Api:
             return _Plain(self.server, question, opts, fmt)
         except Exception as exc:  # noqa: BLE001 - every failure becomes an OpenAI-shaped error
             return _error(exc, rid)
+
+    async def _read_body(self, request: Request) -> bytes:
+        """The body, refused as soon as it passes the limit (a chunked body has no Content-Length
+        to check first, so it is counted as it streams in, never held whole)."""
+        chunks, size = [], 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > self.max_body_bytes:
+                raise BadRequestError(f"the request body has over {self.max_body_bytes} bytes, over the limit of "
+                                      f"{self.max_body_bytes}")
+            chunks.append(chunk)
+        return b"".join(chunks)
 
     async def models(self, request: Request) -> JSONResponse:
         return JSONResponse({"object": "list", "data": [self._model(m) for m in self.server.models]})

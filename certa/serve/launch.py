@@ -17,13 +17,15 @@ from __future__ import annotations
 import socket
 import threading
 import time
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from certa.runtime.errors import ConfigError
 
+from certa.serve.connections import ConnectionLimits
 from certa.serve.server import Server
 
-__all__ = ["BackgroundServer", "run", "start_background"]
+__all__ = ["BackgroundServer", "ConnectionLimits", "run", "security_options", "start_background"]
 
 
 def _uvicorn() -> Any:
@@ -36,8 +38,30 @@ def _uvicorn() -> Any:
     return uvicorn
 
 
+def security_options(host: str, api_keys: Sequence[str] = (), api_key_file: str | None = None,
+                     public_metrics: bool = False, *, warn: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """``create_app`` options from ``certa serve``'s flags and ``$CERTA_API_KEY``; warns (via
+    ``warn``) when a non-loopback ``host`` would serve without a key."""
+    from certa.serve.auth import load_api_keys
+    keys = load_api_keys(api_keys, api_key_file)
+    if not keys and not _is_loopback(host) and warn is not None:
+        warn(f"warning: serving on {host} with no API key: anyone who can reach it can run programs "
+             "(use --api-key or $CERTA_API_KEY, and TLS in front; see docs/serve.md)")
+    return {"api_keys": keys, "public_metrics": public_metrics}
+
+
+def _is_loopback(host: str) -> bool:
+    import ipaddress
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 def _uvicorn_server(server: Server, *, shutdown_timeout: float, log_level: str, access_log: bool,
-                    **app_options: Any) -> Any:
+                    connections: ConnectionLimits | None = None, **app_options: Any) -> Any:
     """A uvicorn server whose shutdown first drains the certa Server: listeners close, running
     programs get ``shutdown_timeout`` seconds, the rest are aborted (their clients get a 503 or an
     in-stream error), and only then does uvicorn wait for connections and run the app's shutdown."""
@@ -45,7 +69,8 @@ def _uvicorn_server(server: Server, *, shutdown_timeout: float, log_level: str, 
     from certa.serve.http import create_app
     app = create_app(server, shutdown_timeout=0, **app_options)
     config = uvicorn.Config(app, log_level=log_level, access_log=access_log, lifespan="on",
-                            timeout_graceful_shutdown=5.0)  # after the drain only responses are left to send
+                            timeout_graceful_shutdown=5.0,  # after the drain only responses are left to send
+                            **(connections or ConnectionLimits()).uvicorn_options())
 
     class _Draining(uvicorn.Server):
         async def shutdown(self, sockets: Any = None) -> None:

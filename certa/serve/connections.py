@@ -1,0 +1,93 @@
+"""Connection limits of ``certa serve``: header and idle timeouts, a header-size cap, a connection cap.
+
+uvicorn times out idle keep-alive connections but waits forever for a request's headers, so
+a client that sends half a request line holds its connection (and a file descriptor) for
+good. :class:`ConnectionLimits` turns on what uvicorn has (``timeout_keep_alive``,
+``limit_concurrency``, ``h11_max_incomplete_event_size``) and adds a header timeout: a
+connection whose request headers are not complete ``header_timeout_s`` after it opened (or
+after its previous response) is closed. Past ``max_connections`` open connections new
+requests get a 503. The request *body* limit (4 MiB) is enforced while it streams in, by the
+app (:func:`certa.serve.http.create_app`, ``max_body_bytes``).
+
+Example:
+    >>> limits = ConnectionLimits(header_timeout_s=5)
+    >>> sorted(limits.uvicorn_options())
+    ['h11_max_incomplete_event_size', 'http', 'limit_concurrency', 'timeout_keep_alive']
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any
+
+from certa.runtime.errors import ConfigError
+
+__all__ = ["ConnectionLimits"]
+
+
+@dataclass(frozen=True)
+class ConnectionLimits:
+    """``header_timeout_s``: seconds to send a request's headers; ``keep_alive_s``: an idle
+    connection's life between requests; ``max_connections``: open connections (and requests)
+    at once, more get 503; ``max_header_bytes``: the largest request head (more: 400)."""
+
+    header_timeout_s: float = 10.0
+    keep_alive_s: float = 5.0
+    max_connections: int = 1024
+    max_header_bytes: int = 64 << 10
+
+    def __post_init__(self) -> None:
+        for name in ("header_timeout_s", "keep_alive_s", "max_connections", "max_header_bytes"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0 or v == float("inf"):
+                raise ConfigError(f"ConnectionLimits.{name} must be a positive finite number, not {v!r}")
+
+    def uvicorn_options(self) -> dict[str, Any]:
+        """Keyword arguments for ``uvicorn.Config``."""
+        return {"http": _protocol(self.header_timeout_s), "timeout_keep_alive": self.keep_alive_s,
+                "limit_concurrency": self.max_connections, "h11_max_incomplete_event_size": self.max_header_bytes}
+
+
+def _protocol(header_timeout_s: float) -> type:
+    """uvicorn's h11 protocol with a header timeout."""
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class HeaderTimeoutProtocol(H11Protocol):
+        _header_timer: asyncio.TimerHandle | None = None
+
+        def _arm(self) -> None:
+            self._disarm()
+            self._header_timer = self.loop.call_later(header_timeout_s, self._headers_overdue, self.cycle)
+
+        def _disarm(self) -> None:
+            if self._header_timer is not None:
+                self._header_timer.cancel()
+                self._header_timer = None
+
+        def _headers_overdue(self, cycle: Any) -> None:
+            idle = cycle is None or cycle.response_complete  # not mid-request (pipelining arms with one)
+            if self.cycle is cycle and idle and not self.transport.is_closing():  # no new request since armed
+                self.logger.info("closing a connection that sent no complete request in %.1fs", header_timeout_s)
+                self.transport.close()
+
+        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+            super().connection_made(transport)
+            self._arm()
+
+        def handle_events(self) -> None:
+            before = self.cycle
+            super().handle_events()
+            if self.cycle is not before:  # a request's headers arrived
+                self._disarm()
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            if not self.transport.is_closing():
+                self._arm()  # the next request's headers get the same time
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._disarm()
+            super().connection_lost(exc)
+
+    return HeaderTimeoutProtocol

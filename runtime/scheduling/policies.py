@@ -70,6 +70,7 @@ class AppFIFO(SchedulingPolicy):
 
     name = "app-fifo"
     gang = True
+    key_stability = "ticket"  # arrival and id: fixed (admission uses a heap)
 
     def key(self, ticket: Ticket, now: float) -> tuple:
         p = ticket.program
@@ -114,6 +115,7 @@ class CertaSJF(SchedulingPolicy):
     """
 
     gang = True
+    key_stability = "program"  # changes with the program's estimate (Scheduler.rekey) or the history
 
     def __init__(self, aging: float = 50.0, use_certaindex: bool = True, prior_tokens_per_step: float = 1000.0,
                  prior_steps: float = 4.0) -> None:

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from certa.runtime.scheduling.admission import AdmissionLimits, Ledger
+from certa.runtime.scheduling.queue import WaitQueue
 
 
 @dataclass(slots=True)
@@ -78,6 +79,8 @@ class Ticket:
     waiter: Any = field(default=None, repr=False)
     cached: int = 0
     kv_tokens: int | None = None
+    qpos: int = field(default=-1, repr=False, compare=False)  # position in the wait queue; -1 = not waiting
+    qver: int = field(default=0, repr=False, compare=False)  # bumps when re-keyed (stale heap entries)
 
     @property
     def kv(self) -> int:
@@ -97,6 +100,12 @@ class SchedulingPolicy:
 
     name = "fcfs"
     gang = False
+    key_stability = "ticket"
+    """What ``key`` depends on: ``"ticket"`` (fixed once queued), ``"program"`` (changes only with
+    the ticket's ProgramInfo, see :meth:`Scheduler.rekey`, or in ``observe_finish``) or
+    ``"dynamic"``. Stable keys let admission use a heap (O(log n) per request) instead of
+    sorting every waiting ticket; see :mod:`certa.runtime.scheduling.queue`. A subclass that
+    overrides ``key``/``order`` without declaring it again is treated as ``"dynamic"``."""
 
     def key(self, ticket: Ticket, now: float) -> tuple:
         return (ticket.enqueued, ticket.seq)
@@ -145,14 +154,23 @@ class Scheduler:
     def __init__(self, policy: SchedulingPolicy | None = None, limits: AdmissionLimits | None = None,
                  clock: Callable[[], float] = time.monotonic,
                  on_evict: Callable[[str], None] | None = None) -> None:
-        self.policy = policy or SchedulingPolicy()
+        self._waiting = WaitQueue(policy or SchedulingPolicy())
         self.ledger = Ledger(limits or AdmissionLimits(), on_evict)
         self.clock = clock
         self.programs: dict[str, ProgramInfo] = {}
-        self._waiting: list[Ticket] = []
         self._running: dict[str, Ticket] = {}
         self._seq = itertools.count()
         self._pump_scheduled = False
+
+    @property
+    def policy(self) -> SchedulingPolicy:
+        return self._waiting.policy
+
+    @policy.setter
+    def policy(self, value: SchedulingPolicy) -> None:  # waiting tickets re-queue in arrival order
+        waiting, self._waiting = list(self._waiting), WaitQueue(value)
+        for t in waiting:
+            self._waiting.push(t, self.clock())
 
     @property
     def limits(self) -> AdmissionLimits:
@@ -172,10 +190,19 @@ class Scheduler:
         if info is not None and info.program_id == program_id:  # the owner, not a sub-program's alias
             self.ledger.drop_prefix(info)
             self.policy.observe_finish(info)
+            self._waiting.rekey_all()  # a policy that learns from history may re-key everyone
+
+    def rekey(self, info: ProgramInfo) -> None:
+        """``info`` changed (certaindex, estimates): re-key its program's waiting tickets.
+
+        Whoever updates a ProgramInfo the policy keys on calls this (the Runtime does after each
+        certaindex point); policies with ``key_stability = "ticket"`` or ``"dynamic"`` ignore it.
+        """
+        self._waiting.rekey(info.program_id, self.clock())
 
     def pending(self, program_id: str) -> list[Ticket]:
         """The waiting tickets of one program, oldest first (the gang the policy moves)."""
-        return [t for t in self._waiting if t.program.program_id == program_id]
+        return self._waiting.of_program(program_id)
 
     # ---- tickets --------------------------------------------------------------------
     @property
@@ -189,28 +216,16 @@ class Scheduler:
 
     def submit(self, t: Ticket) -> None:
         """Queue ``t`` without admitting it (sync drivers call :meth:`admit` next)."""
-        self._waiting.append(t)
+        self._waiting.push(t, self.clock())
 
     def discard(self, t: Ticket) -> bool:
         """Drop a waiting ticket (its program exited). True if it was waiting."""
-        try:
-            self._waiting.remove(t)
-            return True
-        except ValueError:
-            return False
+        return self._waiting.remove(t)
 
     # ---- admission ------------------------------------------------------------------
     def _take(self, t: Ticket) -> None:
         self.ledger.take(t, self.clock())
         self._running[t.rid] = t
-
-    def _groups(self, ordered: list[Ticket]) -> list[list[Ticket]]:
-        if not self.policy.gang:
-            return [[t] for t in ordered]
-        groups: dict[str, list[Ticket]] = {}
-        for t in ordered:
-            groups.setdefault(t.program.program_id, []).append(t)
-        return list(groups.values())
 
     def admit(self) -> list[Ticket]:
         """Admit waiting tickets in policy order while the limits allow; returns them in order.
@@ -218,14 +233,16 @@ class Scheduler:
         Head-of-line: when the most urgent unit (a ticket, or a program's whole gang) does
         not fit, nothing behind it is admitted, so aging keeps its no-starvation promise.
         A gang that can never fit at once, or whose program already runs, is admitted in part.
+        Policies with a stable key take the next unit from a heap: O(log n) per admission.
         """
         if not self._waiting or self.ledger.full:
             return []
         now = self.clock()
-        for t in self._waiting:  # LPM: a program's prefix is warm while it is resident
-            t.cached = t.program.prefix_tokens if t.program.prefix_resident else 0
+        if not self._waiting.heap:  # LPM: a program's prefix is warm while it is resident
+            for t in self._waiting:
+                t.cached = t.program.prefix_tokens if t.program.prefix_resident else 0
         admitted: list[Ticket] = []
-        for group in self._groups(self.policy.order(self._waiting, now)):
+        for group in self._waiting.groups(now):
             whole = self.unlimited or self.ledger.fits(group, self.programs.values())
             if not whole and group[0].program.inflight == 0 and self.ledger.could_ever_fit(group):
                 break  # wait until the whole gang fits
@@ -233,6 +250,8 @@ class Scheduler:
                 if not whole and not self.ledger.fits([t], self.programs.values()):
                     return admitted
                 self._waiting.remove(t)
+                if self._waiting.heap:
+                    t.cached = t.program.prefix_tokens if t.program.prefix_resident else 0
                 self._take(t)
                 admitted.append(t)
         return admitted
@@ -242,7 +261,7 @@ class Scheduler:
         if self._running.pop(t.rid, None) is None:
             return
         self.ledger.free(t, self.clock())
-        if any(w.waiter is not None for w in self._waiting):
+        if self._waiting.with_waiter:
             self._pump()
 
     # ---- async path (the Runtime) ---------------------------------------------------
@@ -253,7 +272,7 @@ class Scheduler:
             return
         loop = asyncio.get_running_loop()
         t.waiter = loop.create_future()
-        self._waiting.append(t)
+        self._waiting.push(t, self.clock())
         if self.policy.gang:  # let the rest of a fan-out burst arrive before deciding
             if not self._pump_scheduled:
                 self._pump_scheduled = True

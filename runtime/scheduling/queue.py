@@ -1,0 +1,167 @@
+"""The scheduler's wait queue: waiting tickets in arrival order, by program, and in a heap by key.
+
+Admission asks "which waiting unit is most urgent?" once per admitted request. Sorting every
+waiting ticket for that costs O(n log n) per request; for a policy whose key does not drift
+while a ticket waits, a heap keyed by the policy's own ``key`` answers in O(log n) and gives
+the same order (ties broken by arrival, as the stable sort did). Entries are invalidated
+lazily: a ticket that leaves, or is re-keyed, leaves its old entry behind, skipped on pop.
+
+What a policy promises is its :attr:`~certa.runtime.scheduling.scheduler.SchedulingPolicy.key_stability`:
+
+* ``"ticket"`` — ``key(t, now)`` is fixed once ``t`` is queued (FCFS, app-FIFO);
+* ``"program"`` — it changes only when the ticket's :class:`ProgramInfo` is updated (the runtime
+  then calls :meth:`Scheduler.rekey`) or when the policy learns from a finished program
+  (``observe_finish``: the queue re-keys everything; certa's SJF);
+* ``"dynamic"`` — anything else (LPM reads the live prefix cache): every admission re-sorts the
+  waiting tickets with ``policy.order``, as before. A policy subclass that overrides ``key`` or
+  ``order`` without declaring its own ``key_stability`` is treated as ``"dynamic"``.
+
+Example:
+    >>> from certa.runtime.scheduling.scheduler import ProgramInfo, SchedulingPolicy, Ticket
+    >>> q = WaitQueue(SchedulingPolicy())
+    >>> p = ProgramInfo("p", 0.0)
+    >>> for i, at in enumerate((2.0, 1.0, 3.0)): q.push(Ticket(f"t{i}", p, at, seq=i))
+    >>> [g[0].rid for g in itertools.islice(q.groups(0.0), 1)], q.mode
+    (['t1'], 'ticket')
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # pragma: no cover
+    from certa.runtime.scheduling.scheduler import SchedulingPolicy, Ticket
+
+__all__ = ["WaitQueue", "key_mode"]
+
+_MODES = ("ticket", "program", "dynamic")
+
+
+def key_mode(policy: "SchedulingPolicy") -> str:
+    """The policy's declared ``key_stability``, or ``"dynamic"`` when a subclass overrides
+    ``key``/``order`` below the class that declared it (its promise does not cover them)."""
+    mro = type(policy).__mro__
+
+    def owner(name: str) -> type:
+        return next((c for c in mro if name in c.__dict__), object)
+
+    declared = owner("key_stability")
+    mode = getattr(policy, "key_stability", "dynamic")
+    if mode not in _MODES or any(not issubclass(declared, owner(n)) for n in ("key", "order")):
+        return "dynamic"
+    return mode
+
+
+class WaitQueue:
+    """Waiting tickets of one scheduler (see the module docstring)."""
+
+    def __init__(self, policy: "SchedulingPolicy") -> None:
+        self.policy = policy
+        self.mode = key_mode(policy)
+        self._items: dict[int, "Ticket"] = {}  # queue position -> ticket, in arrival order
+        self._by_program: dict[str, dict[int, "Ticket"]] = {}
+        self._heap: list[tuple[Any, int, int, "Ticket"]] = []  # (key, position, version, ticket)
+        self._positions = itertools.count()
+        self._stale = False  # every key may have changed: rebuild the heap before the next pop
+        self.with_waiter = 0  # waiting tickets with an async waiter (release pumps only then)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __iter__(self) -> Iterator["Ticket"]:
+        return iter(list(self._items.values()))
+
+    @property
+    def heap(self) -> bool:
+        return self.mode != "dynamic"
+
+    def push(self, t: "Ticket", now: float = 0.0) -> None:
+        t.qpos = pos = next(self._positions)
+        t.qver = 0
+        self._items[pos] = t
+        self._by_program.setdefault(t.program.program_id, {})[pos] = t
+        if t.waiter is not None:
+            self.with_waiter += 1
+        if self.heap and not self._stale:
+            heapq.heappush(self._heap, (self.policy.key(t, now), pos, 0, t))
+
+    def remove(self, t: "Ticket") -> bool:
+        """Take ``t`` out (admitted or discarded). False if it was not waiting."""
+        pos = t.qpos
+        if pos < 0 or self._items.get(pos) is not t:
+            return False
+        del self._items[pos]
+        mine = self._by_program[t.program.program_id]
+        del mine[pos]
+        if not mine:
+            del self._by_program[t.program.program_id]
+        t.qpos = -1
+        if t.waiter is not None:
+            self.with_waiter -= 1
+        if self.heap and len(self._heap) > 2 * len(self._items) + 64:
+            self._stale = True  # mostly dead entries: rebuild (amortized O(1) per removal)
+        return True
+
+    def of_program(self, program_id: str) -> list["Ticket"]:
+        """One program's waiting tickets, oldest first."""
+        return list(self._by_program.get(program_id, {}).values())
+
+    def rekey(self, program_id: str, now: float = 0.0) -> None:
+        """The program's info changed: re-key its waiting tickets (``"program"`` policies)."""
+        if self.mode != "program" or self._stale:
+            return
+        for t in self._by_program.get(program_id, {}).values():
+            t.qver += 1
+            heapq.heappush(self._heap, (self.policy.key(t, now), t.qpos, t.qver, t))
+
+    def rekey_all(self) -> None:
+        """Every key may have changed (the policy learned something): rebuild before the next pop."""
+        if self.mode == "program":
+            self._stale = True
+
+    def _rebuild(self, now: float) -> None:
+        key = self.policy.key
+        for t in self._items.values():
+            t.qver += 1
+        self._heap = [(key(t, now), t.qpos, t.qver, t) for t in self._items.values()]
+        heapq.heapify(self._heap)
+        self._stale = False
+
+    def _top(self, now: float) -> "Ticket | None":
+        if self._stale:
+            self._rebuild(now)
+        heap = self._heap
+        while heap:
+            _, pos, ver, t = heap[0]
+            if t.qpos == pos and t.qver == ver:
+                return t
+            heapq.heappop(heap)
+        return None
+
+    def groups(self, now: float) -> Iterator[list["Ticket"]]:
+        """Admission units in policy order: single tickets, or a gang policy's whole program.
+
+        The consumer takes (``remove``) every ticket of a unit before asking for the next one,
+        or stops; a dynamic policy's order is computed once per call, like the old sort.
+        """
+        gang = self.policy.gang
+        if not self.heap:
+            ordered = self.policy.order(list(self._items.values()), now)
+            if not gang:
+                yield from ([t] for t in ordered)
+                return
+            units: dict[str, list[Ticket]] = {}
+            for t in ordered:
+                units.setdefault(t.program.program_id, []).append(t)
+            yield from units.values()
+            return
+        key = self.policy.key
+        while (t := self._top(now)) is not None:
+            if not gang:
+                yield [t]
+                continue
+            mine = self._by_program[t.program.program_id].values()
+            yield sorted(mine, key=lambda m: (key(m, now), m.qpos)) if len(mine) > 1 else [t]

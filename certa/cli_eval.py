@@ -205,7 +205,7 @@ def _bench_fixed(program: str, traces: str, json_out: str, png: Optional[str], f
     typer.echo(f"sc (fixed policies, no calibration): {report['problems']} problems x {report['samples_per_problem']} "
                f"samples, {report['orders']} draw orders ({', '.join(report['models'])})")
     for name, m in report["methods"].items():
-        typer.echo(f"  {name:22s} acc {m['accuracy']:.3f} ({100 * m['accuracy_delta']:+5.1f} pt "
+        typer.echo(f"  {name:22s} acc {m['accuracy']:.3f} ({100 * m['accuracy_delta']:+5.1f} "
                    f"{_pt(m['ci95']['accuracy_delta'])})  tokens {m['tokens']:9.1f}  "
                    f"x{m['token_ratio']:.3f} {_x(m['ci95']['token_ratio'])}  iso x{_f(m['iso_token_ratio'])}  "
                    f"{m.get('label', '')}")

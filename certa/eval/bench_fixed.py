@@ -105,7 +105,7 @@ def bench_fixed(problems: Sequence[TraceProblem], policies: Mapping[str, Policy]
     methods["oracle-bound"] = {**_row("ORACLE: stop at the fewest samples whose vote is the vote of all", None,
                                       oracle, even, reps, seed), "oracle": True}
     for k in range(n - 1, 0, -1):
-        methods[f"even({k})"] = _row(f"{k} samples", ladder[k - 1], even[k - 1], even, reps, seed)
+        methods[f"even({k})"] = _row(f"{k} sample{'s' if k > 1 else ''}", ladder[k - 1], even[k - 1], even, reps, seed)
     return {"program": "sc", "mode": "fixed", "final": final, "problems": len(rep.problems), "orders": orders,
             "seed": seed, "bootstrap_reps": reps, "samples_per_problem": n,
             "models": sorted({p.model for p in problems}), "scored": list(policies),

@@ -201,7 +201,8 @@ def _bench_fixed(program: str, traces: str, json_out: str, png: Optional[str], f
     except (CertaError, OSError) as exc:
         _fail(exc, debug)
     if final:
-        typer.echo("FINAL REPORT: fixed policies on every row of the file, reserved rows allowed; nothing was tuned here")
+        typer.echo("FINAL REPORT: fixed policies on every row of the file, reserved rows allowed; "
+                   "nothing was tuned here")
     typer.echo(f"sc (fixed policies, no calibration): {report['problems']} problems x {report['samples_per_problem']} "
                f"samples, {report['orders']} draw orders ({', '.join(report['models'])})")
     for name, m in report["methods"].items():

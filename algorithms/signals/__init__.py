@@ -18,7 +18,8 @@ __all__ = [
     'ProbeAgreement', 'ProbeObs', 'Progress', 'Settled', 'all_of', 'answer_probability', 'entropy_certainty',
     'has_hesitation', 'probe_consistency', 'reward_certainty', 'signal_from_dict',
 ]
-from certa.algorithms.signals.votes import VoteView, sample_confidence, vote_certainty, vote_view, vote_weights  # noqa: E402
+from certa.algorithms.signals.votes import (VoteView, sample_confidence, vote_certainty,  # noqa: E402
+    vote_view, vote_weights)
 __all__ += ['VoteView', 'sample_confidence', 'vote_certainty', 'vote_view', 'vote_weights']
 from certa.algorithms.signals.text import Committed, committed_answer, for_problem, statements  # noqa: E402
 __all__ += ['Committed', 'committed_answer', 'for_problem', 'statements']

@@ -46,9 +46,32 @@ with "the final answer is $\\boxed{..}$"."""
 _NAME = re.compile(r"[A-Za-z0-9_\-]{1,64}(?:\.j2)?")
 
 
+MAX_POWER = 4096
+"""The largest integer exponent a template may use (``2 ** 4096`` is fine, ``10 ** 10 ** 10`` is not)."""
+MAX_REPEAT = 1 << 20
+"""The longest string or list a template may build by repetition (``'ab' * 3``)."""
+
+
+class _Sandbox(ImmutableSandboxedEnvironment):
+    """The sandbox, with ``**`` and ``*`` bounded so template code cannot exhaust CPU or memory
+    (Jinja2 already caps ``range`` at ``MAX_RANGE`` items)."""
+
+    intercepted_binops = frozenset({"**", "*"})
+
+    def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
+        if operator == "**" and isinstance(right, int) and isinstance(left, int) and abs(left) > 1 \
+                and right > MAX_POWER:
+            raise jinja2.exceptions.SecurityError(f"power with exponent {right} (over {MAX_POWER})")
+        if operator == "*":
+            for seq, n in ((left, right), (right, left)):
+                if isinstance(seq, (str, list, tuple, bytes)) and isinstance(n, int) and len(seq) * n > MAX_REPEAT:
+                    raise jinja2.exceptions.SecurityError(f"repetition to {len(seq) * n} items (over {MAX_REPEAT})")
+        return super().call_binop(context, operator, left, right)
+
+
 @lru_cache(maxsize=1)
 def _env() -> ImmutableSandboxedEnvironment:
-    return ImmutableSandboxedEnvironment(
+    return _Sandbox(
         loader=jinja2.FileSystemLoader(str(TEMPLATE_DIR)),
         autoescape=False,
         undefined=jinja2.StrictUndefined,
@@ -103,6 +126,10 @@ def render(name_or_source: str, /, **variables: Any) -> str:
                           hint="pass every variable the template uses") from exc
     except jinja2.exceptions.TemplateError as exc:
         raise ConfigError(f"template error: {exc}") from exc
+    except (ArithmeticError, RecursionError, MemoryError, TypeError, ValueError, LookupError) as exc:
+        # template code that fails (range over MAX_RANGE is an OverflowError, 1 // 0, 'a' + 1)
+        raise ConfigError(f"template expression failed: {type(exc).__name__}: {exc}",
+                          hint="templates may only format the variables they are given") from exc
 
 
 prompt = render

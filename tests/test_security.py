@@ -10,6 +10,8 @@ import pathlib
 import re
 import sys
 
+import time
+
 import pytest
 
 import certa as ct
@@ -135,6 +137,25 @@ def test_prompt_templates_render_in_a_sandbox():
                    "{% set x = [] %}{{ x.append(1) }}"):
         with pytest.raises(ConfigError):
             prompts.render(attack)
+
+
+@pytest.mark.parametrize("source", ["{% for i in range(10**9) %}{% endfor %}", "{{ 9 ** 99999999 }}",
+                                    "{{ 'x' * 10**9 }}", "{{ [0] * 10**9 }}", "{{ 1 // 0 }}", "{{ 'a' + 1 }}",
+                                    "{{ '%d' % 'x' }}", "{{ (10**9) | string | int * 'x' }}"])
+def test_template_resource_and_type_errors_are_config_errors(source):
+    """issue 20: ``range(10**9)`` leaked a raw OverflowError; huge powers and repeats could
+    eat the CPU or memory; a failing expression raised its raw Python error."""
+    from certa.algorithms import prompts
+    from certa.runtime.errors import ConfigError
+    t0 = time.monotonic()
+    with pytest.raises(ConfigError):
+        prompts.render(source)
+    assert time.monotonic() - t0 < 2.0
+
+
+def test_small_arithmetic_in_templates_still_works():
+    from certa.algorithms import prompts
+    assert prompts.render("{{ 2 ** 10 }} {{ 'ab' * 3 }} {% for i in range(3) %}{{ i }}{% endfor %}") == "1024 ababab 012"
 
 
 # ---- model files are sha256-verified ----------------------------------------------------------

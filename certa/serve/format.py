@@ -16,11 +16,24 @@ Example:
 from __future__ import annotations
 
 import json
+import re
 from typing import Any, Literal
 
 from certa.serve.completion import Completion, Progress
 
-__all__ = ["DONE", "Formatter", "error_body", "sse"]
+__all__ = ["DONE", "Formatter", "error_body", "log_safe", "sse"]
+
+_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]")
+
+
+def log_safe(text: str) -> str:
+    """``text`` with control characters, line separators and lone surrogates escaped
+    (``\\n``, ``\\x1b``, ``\\ud800``), so a client's string cannot forge a log line.
+
+    >>> log_safe("x\\nINFO forged")
+    'x\\\\nINFO forged'
+    """
+    return _UNSAFE.sub(lambda m: repr(m.group())[1:-1], text)
 
 DONE = b"data: [DONE]\n\n"
 KEEPALIVE = b": keep-alive\n\n"

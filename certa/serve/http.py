@@ -38,7 +38,7 @@ from certa.runtime.errors import CertaError
 
 from certa.serve.completion import Completion, Heartbeat, Progress
 from certa.serve.errors import BadRequestError, error_type, http_status
-from certa.serve.format import DONE, KEEPALIVE, Formatter, error_body, sse
+from certa.serve.format import DONE, KEEPALIVE, Formatter, error_body, log_safe, sse
 from certa.serve.schemas import ChatRequest, CompletionRequest, parse_request
 from certa.serve.server import Server
 from certa.serve.stream import CompletionStream
@@ -106,12 +106,21 @@ def _error(exc: BaseException, request_id: str) -> JSONResponse:
     if isinstance(exc, CertaError):
         msg = exc.message + (f" (hint: {exc.hint})" if exc.hint else "")
         body = error_body(msg, error_type(exc), exc.code, getattr(exc, "param", None))
-        log.info("request_id=%s status=%d error=%s %s", request_id, status, exc.code, msg)
+        log.info("request_id=%s status=%d error=%s %s", request_id, status, exc.code, log_safe(msg))
     else:
         body = error_body(f"internal error ({type(exc).__name__}); request id {request_id}", "server_error", None)
         log.error("request_id=%s status=500 internal error", request_id, exc_info=exc)
     headers = {"Retry-After": str(exc.retry_after_s)} if hasattr(exc, "retry_after_s") else None
     return JSONResponse(body, status_code=status, headers=headers)
+
+
+def _check_unicode(data: Any) -> None:
+    """JSON may escape a lone surrogate (``"\\ud800"``); no text with one can be encoded, so
+    refuse it here (400) rather than fail later (500)."""
+    try:
+        json.dumps(data, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        raise BadRequestError("the request has a lone surrogate (\\ud800-\\udfff): not valid Unicode text") from None
 
 
 async def _disconnected(receive: Receive) -> None:
@@ -141,6 +150,7 @@ class _Api:
                 data = json.loads(body)
             except (ValueError, RecursionError):
                 raise BadRequestError("the request body is not valid JSON") from None
+            _check_unicode(data)
             req = parse_request(schema, data)
             question = req.question()
         except Exception as exc:  # noqa: BLE001 - refused before the server saw it: count it here

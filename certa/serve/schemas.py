@@ -1,6 +1,8 @@
 r"""Request and response models of the OpenAI-compatible endpoints (pydantic).
 
-certa's per-request options travel in the ``certa`` field, which the official client sends
+Types are strict, as JSON gives them: ``"max_tokens": "100"`` or ``"stream": "yes"`` is a
+400, not coerced (an integer is still accepted where a number is). certa's per-request
+options travel in the ``certa`` field, which the official client sends
 with ``extra_body={"certa": {...}}``. Unknown fields — top level or inside ``certa`` — are
 refused with a 400 that names them, so a typo never silently falls back to a default.
 Sampling fields of OpenAI's API (``temperature``, ``top_p``, ``stop``, ...) are accepted and
@@ -42,7 +44,7 @@ class CertaOptions(BaseModel):
     (``18``); ``progress``: stream certaindex updates as chunks (default true).
     """
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
     policy: dict[str, Any] | None = None
     knob_cap: int | None = Field(default=None, ge=1)
     preset: str | None = Field(default=None, min_length=1, max_length=32)
@@ -59,7 +61,7 @@ class CertaOptions(BaseModel):
 
 
 class StreamOptions(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
     include_usage: bool = False
     include_obfuscation: bool | None = None  # accepted, ignored (nothing to obfuscate)
 
@@ -67,7 +69,7 @@ class StreamOptions(BaseModel):
 class ChatMessage(BaseModel):
     """One chat message; only ``role`` and the text of ``content`` are read."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", strict=True)
     role: str
     content: str | list[dict[str, Any]] | None = None
 
@@ -80,7 +82,7 @@ class ChatMessage(BaseModel):
 class _Base(BaseModel):
     """Fields both endpoints take. Sampling fields are accepted and ignored (see module docs)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
     model: str = Field(min_length=1, max_length=256)
     stream: bool = False
     stream_options: StreamOptions | None = None

@@ -35,6 +35,8 @@ def scripted(text: str = AGREE, **kw) -> ct.ScriptedBackend:
 
 
 def sc(**kw):
+    """SC pinned to the paper's threshold (check at 4, 8, ...): these tests count its rounds exactly."""
+    kw.setdefault("policy", ct.Threshold(0.55, detect_at=4, every=4))
     return build("sc", branches_per_round=4, cap=16, max_tokens=64, **kw)
 
 

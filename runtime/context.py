@@ -96,7 +96,7 @@ class Context:
                        stop: str | tuple[str, ...] = (), chat: bool = False) -> "ManagedSequence":
         """Open a live sequence to grow chunk by chunk and probe between chunks (CoT probing)."""
         req = self._request(prompt, "main", max_tokens, temperature, top_p, top_k, seed, stop, 0, chat, None)
-        seq = await self.run.backend.open_sequence(req)
+        seq = await self.run.timed(self.run.backend.open_sequence(req), req.rid, self)
         managed = ManagedSequence(self, seq)
         self.run.sequences.append(managed)
         return managed

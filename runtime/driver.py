@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from certa.runtime.errors import CertaindexRangeError
+from certa.runtime.errors import CertaindexRangeError, StepLimitError
 from certa.runtime.program import Program
 from certa.runtime.types import CertaindexPoint
 
@@ -36,16 +36,22 @@ __all__ = ["drive", "record_certaindex", "run_unsuspended"]
 
 
 async def drive(program: Program, ctx: Any, *,
-                on_certaindex: Callable[[CertaindexPoint], None] | None = None) -> str:
+                on_certaindex: Callable[[CertaindexPoint], None] | None = None,
+                max_steps: int | None = None) -> str:
     """Run ``program`` on ``ctx`` until it exits; returns the exit reason.
 
     ``on_certaindex(point)`` is called after each step that measured a certaindex, once the
-    point is on ``program.trajectory`` and before the policy decides.
+    point is on ``program.trajectory`` and before the policy decides. ``max_steps``: more
+    ``execute()`` calls than this raise :class:`~certa.runtime.errors.StepLimitError`.
     """
     policy = program.policy
+    steps = 0
     while True:
         if program.cap_reached():
             return "cap"
+        if max_steps is not None and steps >= max_steps:
+            raise _step_limit(program, max_steps)
+        steps += 1
         more = await program.execute(ctx)
         point = record_certaindex(program)
         if point is not None and on_certaindex is not None:
@@ -56,6 +62,14 @@ async def drive(program: Program, ctx: Any, *,
                 return decision.reason
         if not more:
             return "cap" if program.hit_cap else "done"
+
+
+def _step_limit(program: Program, limit: int) -> StepLimitError:
+    history = getattr(program, "history", None)  # a graph's (step, branch) log names the looping step
+    last = history[-1][0] if isinstance(history, list) and history and isinstance(history[-1], tuple) else None
+    return StepLimitError(f"ran {limit} steps without exiting" + (f" (last step {last!r})" if last else ""),
+                          program=program.program_id, step=last,
+                          hint="bound the loop with a knob cap or max_visits, or raise RuntimeLimits.max_steps")
 
 
 def record_certaindex(program: Program) -> CertaindexPoint | None:

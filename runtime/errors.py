@@ -87,6 +87,26 @@ class LimitExceededError(RuntimeFailure):
     code, name = "CT205", "limit-exceeded"
 
 
+class CallDepthError(LimitExceededError):
+    """A sub-program (``ctx.call``) nested deeper than ``RuntimeLimits.max_call_depth``; the
+    message names the chain of program ids."""
+
+    code, name = "CT206", "call-depth-exceeded"
+
+
+class StepLimitError(LimitExceededError):
+    """A program ran more steps than ``RuntimeLimits.max_steps`` (a loop nothing else bounds)."""
+
+    code, name = "CT207", "step-limit-exceeded"
+
+
+class RequestTimeoutError(BackendError):
+    """A backend request got no answer within ``RuntimeLimits.request_timeout`` seconds; it is
+    aborted, and retried only if ``RetryPolicy.retry_timeouts``."""
+
+    code, name = "CT208", "request-timeout"
+
+
 class ConfigError(CertaError, ValueError):
     """A configuration, policy file, trace file or CLI option is invalid (also a ``ValueError``)."""
 
@@ -103,7 +123,8 @@ class ModelIntegrityError(ConfigError):
 
 ALL_ERRORS: tuple[type[CertaError], ...] = (
     CertaError, RuntimeFailure, StepFailedError, CertaindexRangeError, BackendError,
-    LimitExceededError, ConfigError, ModelNotFoundError, ModelIntegrityError,
+    LimitExceededError, CallDepthError, StepLimitError, RequestTimeoutError, ConfigError, ModelNotFoundError,
+    ModelIntegrityError,
 )
 """The runtime's error classes; each layer above lists its own (``certa.dsl.errors``,
 ``certa.eval.errors``, ``certa.serve.errors``), and ``docs/errors.md`` lists every code."""

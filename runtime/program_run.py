@@ -5,15 +5,46 @@ from __future__ import annotations
 import asyncio
 import itertools
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from certa.runtime.errors import BackendError
+from certa.runtime.errors import BackendError, RequestTimeoutError
 from certa.runtime.program import Program
 from certa.runtime.scheduling.scheduler import ProgramInfo, Ticket
 from certa.runtime.types import GenRequest, GenResult, ScoreRequest, ScoreResult, TokenKind
 
 if TYPE_CHECKING:  # pragma: no cover
     from certa.runtime.runtime import Runtime
+
+T = TypeVar("T")
+
+
+async def within(work: Awaitable[T], timeout: float | None, expired: Callable[[], BaseException]) -> T:
+    """Await ``work``; after ``timeout`` seconds cancel it and raise ``expired()`` instead.
+
+    Not ``asyncio.wait_for`` (on 3.10/3.11 it can swallow a cancel that lands as the work
+    finishes): a timer cancels this task, and only a cancel the timer caused becomes the
+    timeout; one from outside (early exit, Ctrl-C) stays a CancelledError (3.11+: ``uncancel``).
+    """
+    if timeout is None:
+        return await work
+    task = asyncio.current_task()
+    fired = False
+
+    def fire() -> None:
+        nonlocal fired
+        fired = True
+        task.cancel()  # type: ignore[union-attr]
+
+    handle = asyncio.get_running_loop().call_later(timeout, fire)
+    try:
+        return await work
+    except asyncio.CancelledError:
+        uncancel = getattr(task, "uncancel", None)
+        if not fired or (uncancel is not None and uncancel() > 0):
+            raise
+        raise expired() from None
+    finally:
+        handle.cancel()
 
 
 class ProgramRun:
@@ -59,7 +90,7 @@ class ProgramRun:
         if events.active:
             events.emit("request_sent", self.program.program_id, ctx.step, ctx.branch, rid=rid, token_kind=kind)
         try:
-            res = await work
+            res = await self.timed(work, rid, ctx)
         except BaseException:  # cancelled, timed out or failed mid-stream: free the rid on the engine
             await self.abort(rid)
             raise
@@ -73,6 +104,18 @@ class ProgramRun:
             events.emit("request_done", self.program.program_id, ctx.step, ctx.branch, rid=rid, token_kind=kind,
                         tokens=res.tokens)
         return res
+
+    def timed(self, work: Awaitable[T], rid: str, ctx) -> Awaitable[T]:
+        """``work`` bounded by ``RuntimeLimits.request_timeout``: every backend request awaits
+        through here (``guard``, opening a sequence); past it, RequestTimeoutError (CT208)."""
+        timeout = self.runtime.limits.request_timeout
+
+        def expired() -> RequestTimeoutError:
+            return RequestTimeoutError(f"no answer to request {rid} within {timeout:g}s",
+                                       retryable=self.runtime.retry.retry_timeouts, program=self.program.program_id,
+                                       step=ctx.step, branch=ctx.branch,
+                                       hint="raise RuntimeLimits.request_timeout for slow backends")
+        return within(work, timeout, expired)
 
     def _count(self, res: GenResult | ScoreResult, kind: TokenKind) -> None:
         usage = self.program.tokens
@@ -119,8 +162,8 @@ class ProgramRun:
             except BackendError as exc:
                 if not exc.retryable or attempt + 1 >= retry.max_attempts:
                     tries = f" (gave up after {attempt + 1} attempts)" if exc.retryable else ""
-                    raise BackendError(exc.message + tries, retryable=False, program=req.program_id or None,
-                                       step=req.step or None, branch=req.branch, hint=exc.hint) from exc
+                    raise type(exc)(exc.message + tries, retryable=False, program=req.program_id or None,
+                                    step=req.step or None, branch=req.branch, hint=exc.hint) from exc
                 await asyncio.sleep(retry.delay(attempt, rng))
                 req.rid = ticket.rid = f"{req.rid.split('~')[0]}~r{attempt + 1}"
         raise AssertionError("unreachable")

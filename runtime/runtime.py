@@ -27,7 +27,7 @@ from typing import Any
 from certa.runtime.backends.base import Backend
 from certa.runtime.context import Context
 from certa.runtime.driver import drive
-from certa.runtime.errors import CertaError, ConfigError, StepFailedError
+from certa.runtime.errors import CallDepthError, CertaError, ConfigError, StepFailedError
 from certa.runtime.events import EventBus
 from certa.runtime.program import Program
 from certa.runtime.limits import RetryPolicy, RuntimeLimits
@@ -69,6 +69,7 @@ class Runtime:
         self.events = EventBus()
         self._ids = itertools.count()
         self._active: dict[str, ProgramRun] = {}
+        self._closing: set[str] = set()  # programs being cancelled: their subtrees start nothing new
 
     # ---- public API -----------------------------------------------------------------
     @property
@@ -81,6 +82,8 @@ class Runtime:
 
     async def _run(self, program: Any, inputs: dict[str, Any], *, parent: ProgramRun | None) -> Result:
         """Run a program; with ``parent`` as that program's sub-program (``Context.call``)."""
+        if parent is not None:
+            self._check_call(parent)
         try:
             prog = self._instantiate(program, inputs)
         except CertaError as exc:  # bad inputs fail this program only, like any other error
@@ -88,7 +91,9 @@ class Runtime:
             exc.program = exc.program or f"{name}-{next(self._ids)}"
             return Result(program_id=exc.program, name=name, answer=None, state=None, exit_reason="error", error=exc)
         base = prog.display_name
-        prog.program_id = f"{parent.program.program_id}/{base}-{next(self._ids)}" if parent else f"{base}-{next(self._ids)}"
+        # a sub-program's id is its root's id and its own (ids stay short at any depth; the counter keeps them unique)
+        prog.program_id = f"{_root(parent).program.program_id}/{base}-{next(self._ids)}" if parent \
+            else f"{base}-{next(self._ids)}"
         run = ProgramRun(self, prog, parent)
         self._active[prog.program_id] = run
         self.scheduler.register(run.info, as_id=prog.program_id)
@@ -99,7 +104,11 @@ class Runtime:
             reason = await self._drive(run)
         except asyncio.CancelledError:
             reason = "cancelled"
-            await self._cleanup(run)
+            self._closing.add(prog.program_id)  # its subtree may start no new sub-program while it unwinds
+            try:
+                await self._cleanup(run)
+            finally:
+                self._closing.discard(prog.program_id)
             self.events.emit("exit", prog.program_id, reason=reason, tokens=prog.tokens.total, tokens_saved=0,
                              error=None)
             raise
@@ -178,9 +187,29 @@ class Runtime:
             return new(**inputs)
         raise ConfigError(f"cannot run {program!r}: expected a Program, a Program class or a compiled graph")
 
+    def _check_call(self, parent: ProgramRun) -> None:
+        """Refuse a sub-program under a program being cancelled, or deeper than ``max_call_depth``.
+
+        Walks the parent chain (a loop, no recursion): O(depth), and depth is bounded.
+        """
+        chain: list[str] = []
+        run: ProgramRun | None = parent
+        while run is not None:
+            if run.program.program_id in self._closing:
+                raise asyncio.CancelledError()  # the tree is unwinding: growing it would outrun the cancel
+            chain.append(run.program.program_id)
+            run = run.parent
+        limit = self.limits.max_call_depth
+        if limit is not None and len(chain) > limit:
+            raise CallDepthError(f"sub-program nested {len(chain)} deep, over max_call_depth={limit}: "
+                                 + " -> ".join(reversed(chain)), program=parent.program.program_id,
+                                 hint="a step that ctx.calls its own graph needs a base case; or raise "
+                                      "RuntimeLimits.max_call_depth")
+
     async def _drive(self, run: ProgramRun) -> str:
         """The one driving loop (:func:`~certa.runtime.driver.drive`) plus the runtime's bookkeeping."""
-        return await drive(run.program, Context(run, "execute"), on_certaindex=lambda p: self._on_certaindex(run, p))
+        return await drive(run.program, Context(run, "execute"), on_certaindex=lambda p: self._on_certaindex(run, p),
+                           max_steps=self.limits.max_steps)
 
     def _on_certaindex(self, run: ProgramRun, point: CertaindexPoint) -> None:
         """After a certaindex point: refresh the scheduler's estimate (root programs) and emit the event."""
@@ -227,6 +256,12 @@ class Runtime:
         return Result(program_id=prog.program_id, name=prog.display_name, answer=answer, state=prog.state,
                       certaindex=list(prog.trajectory), tokens=prog.tokens, knob_used=prog.knob_value,
                       knob_cap=prog.knob_cap, exit_reason=reason, tokens_saved=saved, wall_s=wall, error=error)
+
+
+def _root(run: ProgramRun) -> ProgramRun:
+    while run.parent is not None:
+        run = run.parent
+    return run
 
 
 def run_blocking(coro: Awaitable[Any]) -> Any:

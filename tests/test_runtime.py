@@ -304,9 +304,9 @@ async def test_runtime_drives_through_the_shared_loop_with_its_bookkeeping_as_th
 
     calls = []
 
-    async def spy(program, ctx, *, on_certaindex=None):
+    async def spy(program, ctx, *, on_certaindex=None, **kw):
         calls.append(program.program_id)
-        return await driver.drive(program, ctx, on_certaindex=on_certaindex)
+        return await driver.drive(program, ctx, on_certaindex=on_certaindex, **kw)
 
     monkeypatch.setattr(runtime_mod, "drive", spy)
     rt = ct.Runtime(ct.ScriptedBackend(responses=["5"]))

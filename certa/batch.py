@@ -10,7 +10,10 @@ import asyncio
 import json
 import os
 import pathlib
+import signal
+import sys
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -137,6 +140,49 @@ async def in_daemon_thread(fn: Callable[..., Any], *args: Any) -> Any:
 
     threading.Thread(target=work, name="certa-grade", daemon=True).start()
     return await fut
+
+
+async def exit_if_interrupt_stalls(work: Any, grace_s: float = 5.0) -> Any:
+    """Await ``work`` (inside ``asyncio.run``); after a Ctrl-C, if the process has not exited
+    ``grace_s`` seconds later, end it with status 130.
+
+    ``asyncio.run`` turns the first Ctrl-C into a cancel of the batch, which aborts every
+    in-flight request; that normally takes well under a second. Should any cleanup stall (a
+    backend that does not answer its abort, a thread that never returns), the user still
+    gets their shell back: a watchdog thread, armed by the Ctrl-C, ends the process. A second
+    Ctrl-C stops at once, as asyncio does. For command lines only (it exits the process).
+    """
+    prev = signal.getsignal(signal.SIGINT)
+    ours = None
+    if threading.current_thread() is threading.main_thread() and callable(prev):
+        def ours(signum: int, frame: Any) -> None:
+            _arm_exit_watchdog(grace_s)
+            prev(signum, frame)  # asyncio's handler: cancel the batch (the second time: KeyboardInterrupt)
+        signal.signal(signal.SIGINT, ours)
+    try:
+        return await work
+    finally:
+        if ours is not None and signal.getsignal(signal.SIGINT) is ours:
+            signal.signal(signal.SIGINT, prev)  # so asyncio.run finds and removes its own handler
+
+
+_watchdog_armed = threading.Event()
+
+
+def _arm_exit_watchdog(grace_s: float) -> None:
+    if _watchdog_armed.is_set():
+        return
+    _watchdog_armed.set()
+
+    def expire() -> None:
+        time.sleep(grace_s)
+        try:
+            sys.stderr.write(f"interrupted: cleanup did not finish within {grace_s:g}s; exiting\n")
+            sys.stderr.flush()
+        finally:
+            os._exit(130)
+
+    threading.Thread(target=expire, name="certa-interrupt-watchdog", daemon=True).start()
 
 
 async def run_dataset(target: Any, problems: list[Any], runtime: Runtime, *, concurrency: int = 4,

@@ -152,7 +152,7 @@ def _load_policy(path: str):
 def _run(target, dataset, idx, limit, backend, model, url, policy, scheduler, concurrency, journal, resume,
          json_out, record=None) -> None:
     from certa.eval.datasets import load_dataset
-    from certa.batch import Journal, run_dataset
+    from certa.batch import Journal, exit_if_interrupt_stalls, run_dataset
     from certa.loading import load_target
     from certa.progress import BatchProgress
 
@@ -172,8 +172,9 @@ def _run(target, dataset, idx, limit, backend, model, url, policy, scheduler, co
     recorder = Recorder.attach(runtime, record) if record else None
     try:
         with BatchProgress(len(problems), console) as progress:
-            report = asyncio.run(run_dataset(program, problems, runtime, concurrency=concurrency, journal=jr,
-                                             on_row=recorder.chain(progress.update) if recorder else progress.update))
+            on_row = recorder.chain(progress.update) if recorder else progress.update
+            batch = run_dataset(program, problems, runtime, concurrency=concurrency, journal=jr, on_row=on_row)
+            report = asyncio.run(exit_if_interrupt_stalls(batch))  # Ctrl-C: the shell is back within seconds
     finally:
         if jr:
             jr.close()

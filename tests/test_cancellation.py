@@ -143,7 +143,8 @@ SLOW_PROGRAM = '''
         if not _backend:  # test only: certa run has no latency option, so slow the scripted fake down
             _backend.append(ctx.run.backend)
             ctx.run.backend._latency = 60.0
-        pathlib.Path(os.environ["CT_STARTED"]).touch()
+        with open(os.environ["CT_STARTED"], "a") as f:  # one line per branch about to send
+            f.write("x\n")
         out = await ctx.gen(s.question, max_tokens=8)
         return {"answers": [out.text]}
 
@@ -175,13 +176,16 @@ def test_ctrl_c_in_cli_aborts_in_flight_requests(tmp_path):
                             cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 60
-        while not (tmp_path / "started").exists():
+        started = tmp_path / "started"
+        while not (started.exists() and started.read_text().count("\n") >= 8):  # both programs' 4 branches
             assert proc.poll() is None, proc.communicate()
-            assert time.monotonic() < deadline, "the program never started"
-            time.sleep(0.05)
-        time.sleep(0.3)  # let both programs' 4 branches reach the backend
+            assert time.monotonic() < deadline, "the programs never started"
+            time.sleep(0.02)
+        time.sleep(0.2)  # their requests reach the (60 s) backend
         proc.send_signal(signal.SIGINT)
+        t0 = time.monotonic()
         _, err = proc.communicate(timeout=30)
+        assert time.monotonic() - t0 < 8, "Ctrl-C must give the shell back within seconds"
     finally:
         if proc.poll() is None:
             proc.kill()

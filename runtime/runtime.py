@@ -106,7 +106,7 @@ class Runtime:
             reason = "cancelled"
             self._closing.add(prog.program_id)  # its subtree may start no new sub-program while it unwinds
             try:
-                await self._cleanup(run)
+                await self._unwind(run)
             finally:
                 self._closing.discard(prog.program_id)
             self.events.emit("exit", prog.program_id, reason=reason, tokens=prog.tokens.total, tokens_saved=0,
@@ -224,6 +224,23 @@ class Runtime:
         if self.events.active:
             self.events.emit("certaindex", prog.program_id, value=point.value, signals=point.signals,
                              knob=point.knob)
+
+    async def _unwind(self, run: ProgramRun) -> None:
+        """A cancelled program's cleanup, run to its end as a task of its own behind a shield.
+
+        A repeated cancel (a second Ctrl-C, ``run_many`` cancelling everything) then stops here
+        instead of travelling down the program tree: unshielded, each level's ``gather`` over its
+        branches cancels the next level's, one Python frame chain per level (RecursionError at a
+        few thousand levels). Each level is cancelled once, by its parent's ``aclose``.
+        """
+        job = asyncio.ensure_future(self._cleanup(run))
+        while True:
+            try:
+                await asyncio.shield(job)
+                return
+            except asyncio.CancelledError:
+                if job.done():
+                    raise  # the cleanup itself was cancelled (the loop is closing)
 
     async def _cleanup(self, run: ProgramRun) -> None:
         prog = run.program

@@ -265,3 +265,21 @@ def test_limits_are_checked():
         with pytest.raises(ConfigError):
             RuntimeLimits(**bad)
     assert RuntimeLimits(max_call_depth=None, max_steps=None, request_timeout=None).request_timeout is None
+
+
+async def test_a_repeated_cancel_of_a_deep_tree_does_not_recurse_down_it():
+    """A second cancel while a 2,000-deep tree unwinds (a second Ctrl-C) stops at the level it hits:
+    it used to travel down every level's gather at once (RecursionError)."""
+    depth = 2000
+    backend = ct.ScriptedBackend(latency=1e6)
+    rt = ct.Runtime(backend, limits=RuntimeLimits(max_call_depth=None))
+    task = asyncio.ensure_future(rt.run(self_calling(base_case=depth)))
+    while len(rt._active) < depth + 1:
+        await asyncio.sleep(0.02)
+    task.cancel()
+    for _ in range(depth // 2):  # half the tree is inside its cleanup now
+        await asyncio.sleep(0)
+    task.cancel()
+    done, _ = await asyncio.wait({task}, timeout=20)
+    assert done and task.cancelled(), "the cancel must not fail (RecursionError) or hang"
+    assert_nothing_left(rt, backend)

@@ -263,6 +263,8 @@ def import_cmd(
     model: Optional[str] = typer.Option(None, help="model name to record (default: from the file name)"),
     tokenizer: Optional[str] = typer.Option(None, help="GGUF path or known name whose vocab counts tokens "
                                                        "(default: certa's small model, vocab only)"),
+    keep_reserved: bool = typer.Option(False, help="also import reserved rows (GSM8K idx >= 800, MATH-500 "
+                                                   "idx >= 300; skipped by default)"),
     debug: bool = typer.Option(False, help="show full tracebacks"),
 ) -> None:
     """Import reasoning-model outputs (<think> chains) as traces with text probes every --interval tokens.
@@ -272,7 +274,8 @@ def import_cmd(
     try:
         from certa.eval.importers import Tokenizer, import_traces
         report = import_traces(src, out_path, fmt=fmt, interval=interval, dataset=dataset, model=model,
-                               tokenizer=Tokenizer.default(tokenizer) if tokenizer else None)
+                               tokenizer=Tokenizer.default(tokenizer) if tokenizer else None,
+                               keep_reserved=keep_reserved)
     except (CertaError, OSError) as exc:
         _fail(exc, debug)
     for line, why in report.skipped:

@@ -145,3 +145,13 @@ def test_cli_import_reports_skips(tmp_path):
     bad = CliRunner().invoke(app, ["traces", "import", "--format", "reasoning-gsm8k", str(DATA / "bad_field.jsonl"),
                                    str(tmp_path / "o.jsonl")])
     assert bad.exit_code == 2 and "CT304" in bad.output
+
+
+def test_reserved_rows_are_skipped_unless_asked(tmp_path):
+    row = json.loads((DATA / "reasoning_gsm8k.jsonl").read_text().splitlines()[0])
+    src = tmp_path / "r_gsm8k.jsonl"
+    src.write_text(json.dumps(row) + "\n" + json.dumps({**row, "index": "812"}) + "\n")
+    rep = import_traces(src, tmp_path / "o.jsonl", tokenizer=APPROX)
+    assert rep.written == 1 and rep.skipped == [(2, "reserved gsm8k row (idx 812 >= 800)")]
+    rep = import_traces(src, tmp_path / "o.jsonl", tokenizer=APPROX, keep_reserved=True)
+    assert rep.written == 2

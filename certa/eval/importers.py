@@ -26,7 +26,7 @@ Qwen2.5 BPE that certa's GGUF carries, loaded vocab-only (:class:`Tokenizer`; th
 ``tokenizer`` field says which was used; without llama_cpp an approximate count, labelled
 ``approx-chars/4``). A malformed row raises :class:`~certa.eval.errors.TraceFormatError`
 (CT304) naming file and line; a well-formed row that cannot be used (no thinking text, no
-gold) is skipped and listed in the report with its reason.
+gold, a reserved-split row) is skipped and listed in the report with its reason.
 
 Example:
     >>> import json, tempfile, pathlib
@@ -53,6 +53,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from certa.eval.datasets import RESERVED_FROM
 from certa.eval.errors import TraceFormatError
 from certa.eval.traces import TraceProblem, _open_text
 
@@ -348,8 +349,11 @@ def _model_name(path: Path) -> str:
 
 def import_traces(src: str | Path, out: str | Path, *, fmt: str = "auto", interval: int = 32,
                   dataset: str | None = None, model: str | None = None, tokenizer: Tokenizer | None = None,
-                  limit: int | None = None) -> ImportReport:
-    """Convert ``src`` into a trace file at ``out`` (``.gz``: compressed); see the module docstring."""
+                  limit: int | None = None, keep_reserved: bool = False) -> ImportReport:
+    """Convert ``src`` into a trace file at ``out`` (``.gz``: compressed); see the module docstring.
+
+    Rows of a reserved split (GSM8K idx >= 800, MATH-500 idx >= 300) are skipped, with that
+    reason, unless ``keep_reserved`` (they are for final reports, never for calibration)."""
     if fmt not in FORMATS:
         raise TraceFormatError(f"unknown import format {fmt!r}", hint=f"one of {', '.join(FORMATS)}")
     if interval < 1:
@@ -365,6 +369,10 @@ def import_traces(src: str | Path, out: str | Path, *, fmt: str = "auto", interv
                                    dataset=dataset, model=model or _model_name(src))
         if problem is None:
             rep.skipped.append((no, why))
+            continue
+        cut = RESERVED_FROM.get(str(problem["dataset"]).lower())
+        if cut is not None and isinstance(problem["idx"], int) and problem["idx"] >= cut and not keep_reserved:
+            rep.skipped.append((no, f"reserved {problem['dataset']} row (idx {problem['idx']} >= {cut})"))
             continue
         if str(problem["idx"]) in seen:
             raise TraceFormatError(f"{where}: problem idx {problem['idx']!r} appears twice")

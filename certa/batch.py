@@ -62,15 +62,30 @@ class Journal:
     def __init__(self, path: str | os.PathLike[str], *, resume: bool) -> None:
         self.path = pathlib.Path(path)
         self.done: dict[Any, dict[str, Any]] = {}
-        if self.path.exists():
-            if not resume:
-                raise ConfigError(f"journal {self.path} already exists", hint="pass --resume to continue it, or remove it")
-            self._load()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        created = not self.path.exists()
-        self._fh = open(self.path, "a", encoding="utf-8")
+        if self.path.is_dir():
+            raise ConfigError(f"journal {self.path} is a directory", hint="give a file path, e.g. run.jsonl")
+        try:
+            if self.path.exists():
+                if not resume:
+                    raise ConfigError(f"journal {self.path} already exists",
+                                      hint="pass --resume to continue it, or remove it")
+                self._load()
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            created = not self.path.exists()
+            self._fh = open(self.path, "a", encoding="utf-8")
+        except OSError as exc:
+            raise ConfigError(f"cannot open journal {self.path}: {exc.strerror or exc}") from None
         if created:  # make the new file's directory entry durable too
             fsync_dir(self.path.parent)
+
+    def check_program(self, identity: str) -> None:
+        """Refuse to resume rows another program wrote (rows carry their program's identity)."""
+        for key, row in self.done.items():
+            other = row.get("program_identity")
+            if other is not None and other != identity:
+                raise ConfigError(f"journal {self.path} was written by another program ({other}; this is "
+                                  f"{identity}), first at {key}",
+                                  hint="resume with the program that wrote it, or start a new journal")
 
     def _load(self) -> None:
         data = self.path.read_bytes()
@@ -92,6 +107,10 @@ class Journal:
             if bad_line is not None:
                 raise ConfigError(f"journal {self.path} line {bad_line} is not a journal row",
                                   hint="the journal is corrupt; move it aside and rerun")
+            wrong = _wrong_field(row)
+            if wrong:
+                raise ConfigError(f"journal {self.path} line {n}: {wrong}",
+                                  hint="the journal is corrupt or was edited; move it aside and rerun")
             self.done[row["key"]] = row
             good_end = pos
         if good_end < len(data):  # a torn tail from a kill: those problems rerun
@@ -106,6 +125,44 @@ class Journal:
 
     def close(self) -> None:
         self._fh.close()
+
+
+_FIELD_TYPES: dict[str, tuple[type, ...]] = {
+    "key": (str,), "dataset": (str,), "idx": (int, str), "correct": (bool, type(None)), "exit_reason": (str,),
+    "tokens": (dict,), "tokens_saved": (int,), "program_identity": (str,)}
+
+
+def _wrong_field(row: dict[str, Any]) -> str | None:
+    """What is wrong with a journal row's field types, if anything (None: fine)."""
+    for name, types in _FIELD_TYPES.items():
+        if name in row and (not isinstance(row[name], types) or (isinstance(row[name], bool) and bool not in types)):
+            return f"field {name!r} is {type(row[name]).__name__}, not {' or '.join(t.__name__ for t in types)}"
+    tokens = row.get("tokens", {})
+    for kind, n in tokens.items():
+        if isinstance(n, bool) or not isinstance(n, int):
+            return f"tokens[{kind!r}] is {type(n).__name__}, not int"
+    return None
+
+
+def program_identity(target: Any) -> str:
+    """A short stable identity of what runs: name, steps (their code), policy and knob cap.
+
+    >>> from certa.algorithms.programs.library import build
+    >>> program_identity(build("sc")) == program_identity(build("sc")) != program_identity(build("sc", cap=4))
+    True
+    """
+    import hashlib
+    name = getattr(target, "name", None) or getattr(target, "__name__", type(target).__name__)
+    parts: list[str] = [str(name)]
+    graph = getattr(target, "graph", None)
+    for step_name, spec in sorted((getattr(graph, "steps", None) or {}).items()):
+        code = getattr(getattr(spec, "fn", None), "__code__", None)
+        parts.append(f"{step_name}:{hashlib.sha256(code.co_code).hexdigest()[:12] if code else '?'}")
+    policy = getattr(target, "policy", None)
+    parts.append(json.dumps(policy.to_dict(), sort_keys=True, default=str) if hasattr(policy, "to_dict") else "")
+    knob = getattr(target, "knob", None)
+    parts.append(repr(getattr(knob, "cap", None)))
+    return f"{name}@{hashlib.sha256(chr(0).join(parts).encode()).hexdigest()[:16]}"
 
 
 def grade_row(problem: Any, result: Result) -> bool | None:
@@ -187,13 +244,26 @@ def _arm_exit_watchdog(grace_s: float) -> None:
 
 async def run_dataset(target: Any, problems: list[Any], runtime: Runtime, *, concurrency: int = 4,
                       journal: Journal | None = None,
-                      on_row: Callable[[dict[str, Any]], None] | None = None) -> BatchReport:
-    """Run ``target`` on each problem (``question=`` input), grade, journal and report."""
+                      on_row: Callable[[dict[str, Any]], None] | None = None,
+                      record: Callable[[dict[str, Any]], None] | None = None) -> BatchReport:
+    """Run ``target`` on each problem (``question=`` input), grade, journal and report.
+
+    ``record`` (a :class:`~certa.recording.Recorder`'s ``on_row``) gets each finished row
+    *before* the journal does, so a kill between the two reruns that problem on resume
+    rather than losing its trace. A journal written by another program is refused.
+    """
     report = BatchReport()
     todo = []
+    identity = program_identity(target)
+    if journal is not None:
+        journal.check_program(identity)
     for p in problems:
         key = f"{p.dataset}:{p.idx}"
         if journal is not None and key in journal.done:
+            row = journal.done[key]
+            if not isinstance(row.get("tokens"), dict) or not isinstance(row.get("exit_reason"), str):
+                raise ConfigError(f"journal {journal.path}: the row for {key} lacks tokens or exit_reason",
+                                  hint="the journal is corrupt or was edited; move it aside and rerun")
             report.rows.append(journal.done[key])
             if on_row:
                 on_row(journal.done[key])
@@ -206,7 +276,9 @@ async def run_dataset(target: Any, problems: list[Any], runtime: Runtime, *, con
             result = await runtime.run(target, question=p.question)
         correct = await in_daemon_thread(grade_row, p, result) if result.ok else False
         row = {"key": key, "dataset": p.dataset, "idx": p.idx, "gold": p.gold, "correct": correct,
-               **result.summary()}
+               **result.summary(), "program_identity": identity}
+        if record is not None:
+            record(row)
         if journal is not None:
             journal.append(row)
         report.rows.append(row)

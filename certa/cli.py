@@ -172,8 +172,8 @@ def _run(target, dataset, idx, limit, backend, model, url, policy, scheduler, co
     recorder = Recorder.attach(runtime, record) if record else None
     try:
         with BatchProgress(len(problems), console) as progress:
-            on_row = recorder.chain(progress.update) if recorder else progress.update
-            batch = run_dataset(program, problems, runtime, concurrency=concurrency, journal=jr, on_row=on_row)
+            batch = run_dataset(program, problems, runtime, concurrency=concurrency, journal=jr,
+                                on_row=progress.update, record=recorder.on_row if recorder else None)
             report = asyncio.run(exit_if_interrupt_stalls(batch))  # Ctrl-C: the shell is back within seconds
     finally:
         if jr:

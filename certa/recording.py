@@ -2,8 +2,10 @@ r"""``certa run --record FILE``: write what a run generated as reasoning traces 
 
 A :class:`Recorder` taps the runtime's backend (:class:`RecordingBackend`, a transparent
 proxy) and keeps, per program, every completed main-kind generation (a *sample*) and every
-live sequence with the probes taken on it (a *probed sample*). When ``run_dataset`` reports
-a finished problem, the recorder writes its trace line — ``idx``, ``gold``, ``model``,
+live sequence with the probes taken on it (a *probed sample*). When a problem of a
+``run_dataset`` batch finishes (``record=``, called before the journal stores its row, so a
+kill between the two reruns the problem on resume and no trace is lost), the recorder writes
+its trace line — ``idx``, ``gold``, ``model``,
 ``interval`` (probe spacing, None without probes), ``dataset`` and the samples with
 ``tokens``, ``finished``, ``pred``, ``correct``, ``text``, ``seed`` (and ``probes`` with
 ``at``, ``answer``, ``text``, ``tokens``, ``prompt_tokens``) — fsynced, one line per problem
@@ -22,7 +24,7 @@ Example:
     >>> rt = Runtime(ScriptedBackend(responses=["so \\boxed{4}"]))
     >>> path = os.path.join(tempfile.mkdtemp(), "rec.jsonl")
     >>> rec = Recorder.attach(rt, path)
-    >>> _ = asyncio.run(run_dataset(sc_program(cap=4), [Problem("gsm8k", 0, "2+2?", "4")], rt, on_row=rec.on_row))
+    >>> _ = asyncio.run(run_dataset(sc_program(cap=4), [Problem("gsm8k", 0, "2+2?", "4")], rt, record=rec.on_row))
     >>> rec.written, [s["pred"] for s in rec.file.rows[0]["samples"]]
     (1, ['4', '4', '4', '4'])
 """

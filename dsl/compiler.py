@@ -10,18 +10,25 @@ naming the step (see docs/errors.md):
 - CT105 missing-certaindex: the policy needs a certaindex (or a named signal) the graph lacks
 - CT106 unknown-state-key: a step declares it writes a key the state has no field for
 - CT107 invalid-graph: no steps, a bad fan-out value, or an ambiguous knob step
+- CT109 join-without-fanout: ``g.join(step, after=src)`` where ``src`` never fans out
+- CT110 invalid-join: a join that is its own fan-out, the entry, joined twice or also entered per branch
+
+and warns (:class:`certa.dsl.errors.CompileWarning`) for CT111 (no ``@answer`` and no
+``answer`` field) and CT112 (a router with no ``Literal`` hint and no ``destinations=``).
 """
 
 from __future__ import annotations
 
 import difflib
 import typing
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
 import networkx as nx
 
-from certa.dsl.errors import (InvalidGraphError, MissingCertaindexError, UnboundedFanoutError, UnboundedLoopError,
+from certa.dsl.errors import (InvalidGraphError, InvalidJoinError, JoinWithoutFanoutError, MissingAnswerWarning,
+                              MissingCertaindexError, UnboundedFanoutError, UnboundedLoopError, UnhintedRouterWarning,
                               UnknownStateKeyError, UnknownStepError, UnreachableStepError)
 from certa.runtime.policy import Policy
 
@@ -68,21 +75,30 @@ class CompiledGraph:
         return self.graph.knob
 
 
+def _starts(g: Graph) -> bool:
+    """Whether the graph starts from ``START`` edges or branches instead of an entry step."""
+    return any(src == START for src, _ in g.edges) or any(b.source == START for b in g.branches)
+
+
 def _step_graph(g: Graph) -> nx.DiGraph:
     names = list(g.steps)
     dg = nx.DiGraph()
     dg.add_nodes_from([START, END, *names])
     entry = g.entry_step or (names[0] if names else None)
-    if entry is not None:
+    if _starts(g):
+        if g.entry_step is not None:
+            raise InvalidGraphError(f"entry step {g.entry_step!r} and edges or branches from START both say where "
+                                    f"to start", program=g.name, step=g.entry_step, hint="keep one of them")
+    elif entry is not None:
         dg.add_edge(START, entry)
     for src, dst in g.edges:
         for n in (src, dst):
-            if n not in g.steps and n != END:
+            if n not in g.steps and n != END and not (n == START and n == src):
                 raise UnknownStepError(f"edge {src!r} -> {dst!r} names unknown step {n!r}", program=g.name,
                                        step=n, hint=_suggest(n, names))
         dg.add_edge(src, dst)
     for b in g.branches:
-        if b.source not in g.steps:
+        if b.source not in g.steps and b.source != START:
             raise UnknownStepError(f"branch from unknown step {b.source!r}", program=g.name, step=b.source,
                                    hint=_suggest(b.source, names))
         for d in b.destinations if b.destinations is not None else names + [END]:
@@ -90,10 +106,60 @@ def _step_graph(g: Graph) -> nx.DiGraph:
                 raise UnknownStepError(f"branch from {b.source!r} may go to unknown step {d!r}", program=g.name,
                                        step=d, hint=_suggest(d, names))
             dg.add_edge(b.source, d)
+    for after, step in g.joins:
+        for n in (after, step):
+            if n not in g.steps:
+                raise UnknownStepError(f"join {step!r} after {after!r} names unknown step {n!r}", program=g.name,
+                                       step=n, hint=_suggest(n, names))
+        dg.add_edge(after, step)
     for n in names:
         if dg.out_degree(n) == 0:
             dg.add_edge(n, END)
     return dg
+
+
+def _fans_out(g: Graph, name: str) -> bool:
+    """Whether entering ``name`` can launch several branches: ``fanout`` > 1 or a router that may
+    ``Send`` to it (hinted to return ``Send``s, or given ``max_fanout=``)."""
+    s = g.steps[name]
+    return callable(s.fanout) or s.fanout > 1 or any(
+        (b.sends or b.max_fanout is not None) and (b.destinations is None or name in b.destinations)
+        for b in g.branches)
+
+
+def _check_joins(g: Graph, entry: str | None) -> None:
+    """CT109/CT110: each join waits on a fan-out, once, and is not also entered per branch."""
+    seen: dict[str, str] = {}
+    for after, step in g.joins:
+        if step == after or step == entry:
+            raise InvalidJoinError(f"join {step!r} after {after!r}: a join cannot be {'its own fan-out' if step == after else 'the entry step'}",
+                                   program=g.name, step=step, hint="join a later step after the fan-out step")
+        if step in seen:
+            raise InvalidJoinError(f"step {step!r} joins both {seen[step]!r} and {after!r}", program=g.name,
+                                   step=step, hint="one join step per fan-out")
+        seen[step] = after
+        if not _fans_out(g, after):
+            raise JoinWithoutFanoutError(f"join {step!r} waits on {after!r}, which never fans out", program=g.name,
+                                         step=after, hint=f"give {after!r} fanout=n, Send to it, or use edge()")
+        per_branch = (after, step) in g.edges or any(
+            b.source == after and b.destinations is not None and step in b.destinations for b in g.branches)
+        if per_branch:
+            raise InvalidJoinError(f"{step!r} joins {after!r} but is also entered after each {after!r} branch",
+                                   program=g.name, step=step, hint=f"drop the edge or route from {after!r} to {step!r}")
+
+
+def _warn(g: Graph) -> None:
+    """CT111/CT112: compiles, but probably not what was meant."""
+    if g.answer_fn is None and "answer" not in g.state.model_fields:
+        warnings.warn(MissingAnswerWarning("no @answer and no 'answer' state field: Result.answer is always None",
+                                           program=g.name, hint="declare one with @graph.answer"), stacklevel=4)
+    for b in g.branches:
+        if b.destinations is None:
+            name = getattr(b.router, "__name__", "router")
+            warnings.warn(UnhintedRouterWarning(
+                f"router {name!r} after {b.source!r} has no destination hint: compile assumes any step or END",
+                program=g.name, step=b.source, hint="annotate it -> Literal['a', 'b'] or pass destinations=[...]"),
+                stacklevel=4)
 
 
 def _knob_step(g: Graph, dg: nx.DiGraph) -> str | None:
@@ -144,10 +210,13 @@ def compile_graph(g: Graph, policy: Policy | None, *, name: str | None = None) -
                                hint=_suggest(g.entry_step, list(g.steps)))
     g = g.snapshot()  # validate and run one frozen copy: later edits to the Graph change neither
     dg = _step_graph(g)
+    _check_joins(g, None if _starts(g) else (g.entry_step or next(iter(g.steps))))
     reachable = nx.descendants(dg, START)
     for n in g.steps:
         if n not in reachable:
-            raise UnreachableStepError(f"no path from the entry reaches step {n!r}", program=g.name, step=n,
+            waits = [a for a, j in g.joins if j == n]
+            why = f" (it joins {waits[0]!r}, which nothing reaches)" if waits else ""
+            raise UnreachableStepError(f"no path from the entry reaches step {n!r}{why}", program=g.name, step=n,
                                        hint="add an edge to it or remove it")
     knob_step = _knob_step(g, dg)
     capped = g.knob.cap is not None
@@ -183,4 +252,5 @@ def compile_graph(g: Graph, policy: Policy | None, *, name: str | None = None) -
                 raise MissingCertaindexError(f"policy thresholds signal {sig!r}, which the graph lacks",
                                              program=g.name, step=sig, hint=f"signals: {sorted(names)}")
     _check_writes(g)
+    _warn(g)
     return CompiledGraph(g, policy, name or g.name, knob_step, reducers_of(g.state))

@@ -15,8 +15,10 @@ from __future__ import annotations
 
 from certa.runtime.errors import CertaError
 
-__all__ = ["ALL_ERRORS", "CompileError", "ConflictingUpdateError", "InvalidGraphError", "MissingCertaindexError", "UnboundedFanoutError",
-           "UnboundedLoopError", "UnknownStateKeyError", "UnknownStepError", "UnreachableStepError"]
+__all__ = ["ALL_ERRORS", "ALL_WARNINGS", "CompileError", "CompileWarning", "ConflictingUpdateError", "InvalidGraphError",
+           "InvalidJoinError", "JoinWithoutFanoutError", "MissingAnswerWarning", "MissingCertaindexError",
+           "UnboundedFanoutError", "UnboundedLoopError", "UnhintedRouterWarning", "UnknownStateKeyError",
+           "UnknownStepError", "UnreachableStepError"]
 
 
 class CompileError(CertaError):
@@ -61,8 +63,55 @@ class ConflictingUpdateError(CertaError):
     code, name = "CT108", "conflicting-update"
 
 
+class JoinWithoutFanoutError(CompileError):
+    """``g.join(step, after=src)`` where ``src`` never fans out (``fanout=1`` and no ``Send`` targets it)."""
+
+    code, name = "CT109", "join-without-fanout"
+
+
+class InvalidJoinError(CompileError):
+    """A malformed join: the join step is ``after`` itself, the entry, joined twice, or also
+    entered per branch from ``after`` by an edge or a router."""
+
+    code, name = "CT110", "invalid-join"
+
+
+class CompileWarning(UserWarning):
+    """A graph that compiles but is probably not what was meant (``warnings.warn`` at compile).
+
+    Example:
+        >>> str(MissingAnswerWarning("no @answer", program="g"))
+        'CT111 missing-answer [program=g]: no @answer'
+    """
+
+    code = "CT100"
+    name = "compile-warning"
+
+    def __init__(self, message: str, *, program: str | None = None, step: str | None = None,
+                 hint: str | None = None) -> None:
+        where = " ".join(f"{k}={v}" for k, v in (("program", program), ("step", step)) if v)
+        text = f"{self.code} {self.name}{f' [{where}]' if where else ''}: {message}"
+        super().__init__(text + (f" (hint: {hint})" if hint else ""))
+        self.program, self.step, self.hint = program, step, hint
+
+
+class MissingAnswerWarning(CompileWarning):
+    """No ``@g.answer`` and no ``answer`` state field: every ``Result.answer`` would be ``None``."""
+
+    code, name = "CT111", "missing-answer"
+
+
+class UnhintedRouterWarning(CompileWarning):
+    """A router with neither a ``Literal[...]`` return hint nor ``destinations=``: compile cannot
+    check where it goes (CT101/CT102 are skipped for it)."""
+
+    code, name = "CT112", "router-without-destinations"
+
+
 ALL_ERRORS: tuple[type[CertaError], ...] = (
     CompileError, UnknownStepError, UnreachableStepError, UnboundedLoopError, UnboundedFanoutError,
     MissingCertaindexError, UnknownStateKeyError, InvalidGraphError, ConflictingUpdateError,
+    JoinWithoutFanoutError, InvalidJoinError,
 )
+ALL_WARNINGS: tuple[type[CompileWarning], ...] = (CompileWarning, MissingAnswerWarning, UnhintedRouterWarning)
 """The DSL's error classes (``docs/errors.md`` lists every code)."""

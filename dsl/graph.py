@@ -95,6 +95,7 @@ class Graph:
     signals: list[SignalSpec] = field(default_factory=list)
     entry_step: str | None = None
     answer_fn: Callable[[Any], Any] | None = None
+    joins: list[tuple[str, str]] = field(default_factory=list)  # (after, join step)
     sealed: bool = field(default=False, repr=False, compare=False)  # a compiled snapshot: read-only
 
     def __post_init__(self) -> None:
@@ -113,7 +114,7 @@ class Graph:
         return Graph(self.state, dataclasses.replace(self.knob), self.name,
                      {n: dataclasses.replace(s) for n, s in self.steps.items()}, list(self.edges),
                      [dataclasses.replace(b) for b in self.branches], list(self.signals), self.entry_step,
-                     self.answer_fn, sealed=True)
+                     self.answer_fn, list(self.joins), sealed=True)
 
     # ---- steps ----------------------------------------------------------------------
     @overload
@@ -170,8 +171,9 @@ class Graph:
                max_fanout: int | None = None) -> "Graph":
         """Conditional edge: after ``source``, ``router(state)`` returns a step name, ``END``,
         a ``Send`` or a list of them. Destinations come from ``destinations`` or from the
-        router's ``Literal[...]`` return hint; a router that returns ``Send``s needs ``max_fanout``
-        unless its targets are bounded by the knob cap.
+        router's ``Literal[...]`` return hint (neither: a CT112 warning at compile); a router that
+        returns ``Send``s needs ``max_fanout`` unless its targets are bounded by the knob cap.
+        ``source`` may be ``START``: the router then picks (or ``Send``s) the first steps.
         """
         self._open("add a branch")
         from certa.dsl.hints import router_destinations
@@ -179,6 +181,18 @@ class Graph:
         if destinations is not None:
             dests = tuple(destinations)
         self.branches.append(BranchSpec(source, router, dests, max_fanout, sends))
+        return self
+
+    def join(self, step: str, *, after: str) -> "Graph":
+        """Fan-in: enter ``step`` once, after every branch launched by one fan-out of ``after``
+        (its ``fanout=n`` branches, or the ``Send``s of one router call, with the loop lanes
+        they continue) has finished and merged its update. The default stays per branch:
+        ``edge(after, x)`` enters ``x`` as each branch finishes; only a join waits.
+
+        Example: ``g.join("prune", after="expand")`` runs ``prune`` on the whole frontier.
+        """
+        self._open("add a join")
+        self.joins.append((after, step))
         return self
 
     def entry(self, step: str) -> "Graph":
@@ -208,7 +222,8 @@ class Graph:
         """Validate the graph and lower it to a program factory (:class:`CompiledGraph`).
 
         Raises a :class:`certa.dsl.errors.CompileError` subclass naming the step on any
-        structural problem (codes CT101–CT107, see docs/errors.md). The compiled program runs a
+        structural problem (codes CT101–CT110, see docs/errors.md), and warns
+        (:class:`certa.dsl.errors.CompileWarning`: CT111 no answer, CT112 unhinted router). The compiled program runs a
         sealed snapshot of this graph: steps or edges added afterwards do not change it.
         """
         from certa.dsl.compiler import compile_graph

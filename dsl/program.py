@@ -21,7 +21,7 @@ from certa.dsl.errors import ConflictingUpdateError, UnknownStepError
 from certa.runtime.errors import CertaError, ConfigError, LimitExceededError, StepFailedError
 from certa.runtime.program import Program
 
-from certa.dsl.graph import END, Send, StepSpec
+from certa.dsl.graph import END, START, Send, StepSpec
 from certa.dsl.state import apply_update
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -53,6 +53,12 @@ class GraphProgram(Program):
         self._writers: dict[tuple[int, str], int] = {}  # (fan-out, field without reducer) -> the lane that wrote it
         self._started = False
         self._ctx: Context | None = None
+        self._joins: dict[str, list[str]] = {}  # fan-out step -> the steps that join it
+        for after, step in compiled.graph.joins:
+            self._joins.setdefault(after, []).append(step)
+        self._groups: dict[int, list[Any]] = {}  # join group -> [fan-out step, branches still running]
+        self._group_of: dict[int, int] = {}  # branch -> its join group
+        self._group_ids = itertools.count()
 
     # ---- Program interface ----------------------------------------------------------
     async def execute(self, ctx: Context) -> bool:
@@ -60,7 +66,10 @@ class GraphProgram(Program):
             self._started = True
             self._ctx = ctx
             g = self.compiled.graph
-            self._enter(g.entry_step or next(iter(g.steps)), None)
+            if any(s == START for s, _ in g.edges) or any(b.source == START for b in g.branches):
+                self._route(START, None)
+            else:
+                self._enter(g.entry_step or next(iter(g.steps)), None)
         if not self._tasks:
             return False
         task, step, branch, update, exc = await self._done.get()
@@ -82,7 +91,34 @@ class GraphProgram(Program):
             self.knob_used += 1
         self._route(step, branch)
         self._lanes.pop(branch, None)
+        self._finish_in_group(branch)
         return bool(self._tasks)
+
+    def _finish_in_group(self, branch: int) -> None:
+        """A branch of a joined fan-out finished (after its loop lane, if any, continued):
+        when it was the last one running, enter the join step(s) once."""
+        group = self._group_of.pop(branch, None)
+        if group is None:
+            return
+        entry = self._groups[group]
+        entry[1] -= 1
+        if entry[1] == 0:
+            del self._groups[group]
+            for join in self._joins[entry[0]]:
+                self._enter(join, entry[0])
+
+    def _new_group(self, step: str) -> int | None:
+        """A join group for one fan-out of ``step`` (None when nothing joins it)."""
+        if step not in self._joins:
+            return None
+        group = next(self._group_ids)
+        self._groups[group] = [step, 0]
+        return group
+
+    def _drop_if_empty(self, group: int | None) -> None:
+        """A fan-out that launched nothing (knob cap, ``max_visits``) has nothing to join."""
+        if group is not None and self._groups.get(group, [None, 1])[1] == 0:
+            del self._groups[group]
 
     def _check_conflicts(self, step: str, branch: int, update: dict[str, Any]) -> None:
         """Two lanes of one fan-out may not both write a field that has no reducer (CT108)."""
@@ -145,15 +181,21 @@ class GraphProgram(Program):
                     raise LimitExceededError(f"router returned {sends} Sends, over {what}={bound}",
                                              program=self.program_id, step=step)
             fanout = next(self._fanouts) if sends > 1 else None  # several Sends: one fan-out
+            groups: dict[str, int | None] = {}  # per target step: the Sends of one call are one join group
             for i, x in enumerate(items):
                 if x is None or x == END:
                     continue
                 if isinstance(x, Send):
                     self._check_step(x.step, step)
-                    self._launch(g.steps[x.step], x.payload, None if fanout is None else (fanout, i))
+                    if x.step not in groups:
+                        groups[x.step] = self._new_group(x.step)
+                    self._launch(g.steps[x.step], x.payload, None if fanout is None else (fanout, i),
+                                 groups[x.step])
                 else:
                     self._check_step(x, step)
                     self._enter(x, step, branch)
+            for group in groups.values():
+                self._drop_if_empty(group)
 
     def _check_step(self, name: str, source: str) -> None:
         if name not in self.compiled.graph.steps:
@@ -173,14 +215,19 @@ class GraphProgram(Program):
         if limit is not None and n > limit:
             raise LimitExceededError(f"fanout {n} over the runtime limit {limit}", program=self.program_id, step=name)
         if source == name:
-            self._launch(spec, None, self._lanes.get(parent) if parent is not None else None)
+            lane, group = (self._lanes.get(parent), self._group_of.get(parent)) if parent is not None else (None, None)
+            self._launch(spec, None, lane, group)
             return
         fanout = next(self._fanouts) if n > 1 else None
+        group = self._new_group(name)
         for i in range(n):
-            self._launch(spec, None, None if fanout is None else (fanout, i))
+            self._launch(spec, None, None if fanout is None else (fanout, i), group)
+        self._drop_if_empty(group)
 
-    def _launch(self, spec: StepSpec, payload: Any, lane: tuple[int, int] | None = None) -> None:
-        """Start one branch of ``spec``; ``lane``: its (fan-out, lane) when it is one of several."""
+    def _launch(self, spec: StepSpec, payload: Any, lane: tuple[int, int] | None = None,
+                group: int | None = None) -> None:
+        """Start one branch of ``spec``; ``lane``: its (fan-out, lane) when it is one of several;
+        ``group``: the join group it belongs to (see :meth:`_finish_in_group`)."""
         if spec.name == self.compiled.knob_step and self.knob.cap is not None:
             spent = self.tokens.main if self.knob.unit == "tokens" else self.launches[spec.name]
             if spent >= self.knob.cap:
@@ -196,6 +243,9 @@ class GraphProgram(Program):
         self._tasks[task] = (spec.name, branch)
         if lane is not None:
             self._lanes[branch] = lane
+        if group is not None:
+            self._groups[group][1] += 1
+            self._group_of[branch] = group
 
     async def _run_step(self, spec: StepSpec, ctx: Context) -> None:
         ctx.emit("step_start")

@@ -1,0 +1,218 @@
+"""Fan-in (``g.join``), branching from ``START`` and the compile warnings (issue 21)."""
+
+from __future__ import annotations
+
+import asyncio
+import warnings
+from typing import Literal
+
+import pytest
+
+import certa as ct
+from certa.dsl import errors as E
+
+
+class S(ct.State):
+    xs: ct.Appended[list[int]] = []
+    joined: ct.Appended[list[list[int]]] = []   # what each join run saw
+    logged: ct.Appended[list[int]] = []
+    answer: int | None = None
+
+
+def run(program, **inputs) -> ct.Result:
+    r = ct.Runtime(ct.ScriptedBackend()).run_sync(program, **inputs)
+    assert r.error is None, r.error
+    return r
+
+
+async def slow(ctx: ct.Context) -> int:
+    await asyncio.sleep(0.002 * (ctx.branch % 4))   # branches finish out of launch order
+    return ctx.branch
+
+
+def fanout_graph(n: int = 3, **kw) -> ct.Graph:
+    g = ct.Graph(S, name="j", **kw)
+
+    @g.step(fanout=n)
+    async def work(s, ctx):
+        return {"xs": [await slow(ctx)]}
+
+    @g.step
+    def total(s):
+        return {"joined": [sorted(s.xs)], "answer": sum(s.xs)}
+
+    return g
+
+
+def test_join_runs_once_after_every_branch_of_the_fanout_with_the_merged_state():
+    g = fanout_graph(4)
+    g.join("total", after="work")
+    r = run(g.compile())
+    assert r.state.joined == [[0, 1, 2, 3]] and r.answer == 6
+    assert r.exit_reason == "done"
+
+
+def test_join_waits_for_the_loop_lanes_of_its_fanout_and_edges_stay_per_branch():
+    g = fanout_graph(2, knob=ct.Knob("branches", cap=6))
+
+    @g.step
+    def log(s, ctx):
+        return {"logged": [len(s.xs)]}
+
+    g.loop("work")
+    g.edge("work", "log")
+    g.join("total", after="work")
+    r = run(g.compile())
+    assert len(r.state.joined) == 1 and len(r.state.joined[0]) == 6   # once, after all 6 launches
+    assert len(r.state.logged) == 6                                    # the default: per branch
+
+
+def test_branch_from_start_sends_a_fanout_that_a_join_collects():
+    g = ct.Graph(S, name="s")
+
+    @g.step
+    async def work(s, ctx):
+        return {"xs": [ctx.payload]}
+
+    @g.step
+    def total(s):
+        return {"joined": [sorted(s.xs)], "answer": sum(s.xs)}
+
+    g.branch(ct.START, lambda s: [ct.Send("work", i * 10) for i in range(3)], destinations=["work"], max_fanout=3)
+    g.join("total", after="work")
+    r = run(g.compile())
+    assert r.state.joined == [[0, 10, 20]] and r.answer == 30
+
+
+def test_branch_from_start_with_a_literal_router_picks_the_first_step():
+    class Q(ct.State):
+        question: str
+        answer: str | None = None
+
+    g = ct.Graph(Q, name="pick")
+
+    @g.step
+    def short(s):
+        return {"answer": "short"}
+
+    @g.step
+    def long(s):
+        return {"answer": "long"}
+
+    def first(s: Q) -> Literal["short", "long"]:
+        return "short" if len(s.question) < 5 else "long"
+
+    g.branch(ct.START, first)
+    c = g.compile()
+    assert run(c, question="hi").answer == "short" and run(c, question="a long one").answer == "long"
+
+
+def test_join_per_level_in_a_send_loop_and_no_join_for_a_fanout_the_cap_stopped():
+    class T(ct.State):
+        frontier: list[int] = [1]
+        seen: ct.Appended[list[int]] = []
+        levels: ct.Appended[list[list[int]]] = []
+        answer: int | None = None
+
+    g = ct.Graph(T, knob=ct.Knob("branches", cap=6), name="bfs")
+
+    @g.step(knob=True)
+    async def expand(s, ctx):
+        return {"seen": [ctx.payload * 2, ctx.payload * 2 + 1]}
+
+    @g.step
+    def prune(s):
+        best = sorted(s.seen, reverse=True)[:2]
+        return {"frontier": best, "seen": [], "levels": [best], "answer": best[0]}
+
+    g.branch(ct.START, lambda s: [ct.Send("expand", x) for x in s.frontier], destinations=["expand"], max_fanout=2)
+    g.join("prune", after="expand")
+    g.branch("prune", lambda s: [ct.Send("expand", x) for x in s.frontier], destinations=["expand"], max_fanout=2)
+    r = run(g.compile())
+    # launches: 1 + 2 + 2 = 5, then 1 more fits the cap (a partial level is still joined), then none
+    assert [len(level) for level in r.state.levels] == [2, 2, 2, 2] and r.knob_used == 6
+
+
+def test_join_compile_errors_are_coded_and_name_the_step():
+    g = fanout_graph(1)
+    g.join("total", after="work")
+    with pytest.raises(E.JoinWithoutFanoutError) as e:
+        g.compile()
+    assert e.value.code == "CT109" and e.value.step == "work"
+
+    g = fanout_graph()
+    g.join("totl", after="work")
+    with pytest.raises(E.UnknownStepError) as e:
+        g.compile()
+    assert e.value.step == "totl" and "did you mean 'total'" in str(e.value)
+
+    for mutate in (lambda g: g.edge("work", "total").join("work", after="work"),      # its own fan-out
+                   lambda g: g.join("total", after="work").edge("work", "total"),       # also per branch
+                   lambda g: g.join("total", after="work").join("total", after="work")):  # twice
+        g = fanout_graph()
+        mutate(g)
+        with pytest.raises(E.InvalidJoinError) as e:
+            g.compile()
+        assert e.value.code == "CT110"
+
+
+def test_join_of_an_unreachable_fanout_is_unreachable_and_start_excludes_an_entry():
+    g = fanout_graph()
+
+    @g.step(fanout=2)
+    def orphan(s):
+        return {}
+
+    g.join("total", after="orphan")
+    g.edge("work", ct.END)
+    with pytest.raises(E.UnreachableStepError) as e:
+        g.compile()
+    assert e.value.step == "total" and "it joins 'orphan', which nothing reaches" in str(e.value)
+
+    g = fanout_graph()
+    g.entry("work").edge(ct.START, "work")
+    with pytest.raises(E.InvalidGraphError):
+        g.compile()
+
+
+def _warnings(g: ct.Graph) -> list[type]:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        g.compile()
+    return [w.category for w in caught]
+
+
+def test_missing_answer_warns_ct111_unless_answer_or_answer_field():
+    class NoAnswer(ct.State):
+        x: int = 0
+
+    g = ct.Graph(NoAnswer, name="na")
+    g.step(name="a")(lambda s: {})
+    with pytest.warns(E.MissingAnswerWarning, match="CT111"):
+        g.compile()
+    g.answer(lambda s: s.x)
+    assert _warnings(g) == []
+    g = fanout_graph()
+    g.edge("work", "total")
+    assert _warnings(g) == []   # S has an answer field
+
+
+def test_router_without_destination_hint_warns_ct112():
+    def one_step(**kw) -> ct.Graph:
+        g = ct.Graph(S, knob=ct.Knob("iterations", cap=3), name="r")
+        g.step(name="a")(lambda s: {})
+        return g
+
+    g = one_step()
+    g.branch("a", lambda s: ct.END)
+    with pytest.warns(E.UnhintedRouterWarning, match="CT112") as w:
+        g.compile()
+    assert w[0].message.step == "a"
+
+    def hinted(s) -> Literal["a", "__end__"]:
+        return ct.END
+
+    for router, kw in ((hinted, {}), (lambda s: ct.END, {"destinations": ["a", ct.END]})):
+        g = one_step()
+        g.branch("a", router, **kw)
+        assert _warnings(g) == []

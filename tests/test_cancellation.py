@@ -144,7 +144,7 @@ SLOW_PROGRAM = '''
             _backend.append(ctx.run.backend)
             ctx.run.backend._latency = 60.0
         with open(os.environ["CT_STARTED"], "a") as f:  # one line per branch about to send
-            f.write("x\n")
+            f.write("x\\n")
         out = await ctx.gen(s.question, max_tokens=8)
         return {"answers": [out.text]}
 

@@ -132,7 +132,8 @@ def _check_joins(g: Graph, entry: str | None) -> None:
     seen: dict[str, str] = {}
     for after, step in g.joins:
         if step == after or step == entry:
-            raise InvalidJoinError(f"join {step!r} after {after!r}: a join cannot be {'its own fan-out' if step == after else 'the entry step'}",
+            what = "its own fan-out" if step == after else "the entry step"
+            raise InvalidJoinError(f"join {step!r} after {after!r}: a join cannot be {what}",
                                    program=g.name, step=step, hint="join a later step after the fan-out step")
         if step in seen:
             raise InvalidJoinError(f"step {step!r} joins both {seen[step]!r} and {after!r}", program=g.name,

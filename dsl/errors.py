@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from certa.runtime.errors import CertaError
 
-__all__ = ["ALL_ERRORS", "ALL_WARNINGS", "CompileError", "CompileWarning", "ConflictingUpdateError", "InvalidGraphError",
-           "InvalidJoinError", "JoinWithoutFanoutError", "MissingAnswerWarning", "MissingCertaindexError",
-           "UnboundedFanoutError", "UnboundedLoopError", "UnhintedRouterWarning", "UnknownStateKeyError",
+__all__ = ["ALL_ERRORS", "ALL_WARNINGS", "CompileError", "CompileWarning", "ConflictingUpdateError",
+           "InvalidGraphError", "InvalidJoinError", "JoinWithoutFanoutError", "MissingAnswerWarning",
+           "MissingCertaindexError", "UnboundedFanoutError", "UnboundedLoopError", "UnhintedRouterWarning", "UnknownStateKeyError",
            "UnknownStepError", "UnreachableStepError"]
 
 

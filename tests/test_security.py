@@ -174,6 +174,31 @@ def test_tampered_cached_model_is_refused(tmp_path):
         models.ensure(spec, env=env)
 
 
+def test_tampered_cached_model_with_the_same_size_and_mtime_is_refused(tmp_path):
+    """issue 20: the ``.verified`` stamp was (size, mtime), both of which a writer can restore
+    (``os.utime``); the stamp now also holds the inode change time, which it cannot."""
+    models = pytest.importorskip("certa.runtime.models")
+    from certa.runtime.errors import ModelIntegrityError
+    import hashlib
+    import os
+    good = b"GGUF" + b"\0" * 60
+    spec = models.ModelSpec("fake", "fake.gguf", len(good), hashlib.sha256(good).hexdigest(),
+                            (("certa_no_such_part_pkg", "data/part01.bin"),), "model-fake")
+    env = {"CERTA_CACHE": str(tmp_path)}
+    path = tmp_path / "fake.gguf"
+    path.write_bytes(good)
+    assert models.ensure(spec, env=env) == path
+    st = path.stat()
+    time.sleep(0.01)
+    with open(path, "r+b") as f:  # same size, different bytes, then the old mtime put back
+        f.seek(10)
+        f.write(b"\1")
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert (path.stat().st_size, path.stat().st_mtime_ns) == (st.st_size, st.st_mtime_ns)
+    with pytest.raises(ModelIntegrityError):
+        models.ensure(spec, env=env)
+
+
 def test_the_llamacpp_backend_loads_models_through_the_verifying_resolver():
     src = (ROOT / "runtime" / "backends" / "llamacpp.py")
     if not src.exists():

@@ -18,35 +18,6 @@ if TYPE_CHECKING:  # pragma: no cover
 T = TypeVar("T")
 
 
-async def within(work: Awaitable[T], timeout: float | None, expired: Callable[[], BaseException]) -> T:
-    """Await ``work``; after ``timeout`` seconds cancel it and raise ``expired()`` instead.
-
-    Not ``asyncio.wait_for`` (on 3.10/3.11 it can swallow a cancel that lands as the work
-    finishes): a timer cancels this task, and only a cancel the timer caused becomes the
-    timeout; one from outside (early exit, Ctrl-C) stays a CancelledError (3.11+: ``uncancel``).
-    """
-    if timeout is None:
-        return await work
-    task = asyncio.current_task()
-    fired = False
-
-    def fire() -> None:
-        nonlocal fired
-        fired = True
-        task.cancel()  # type: ignore[union-attr]
-
-    handle = asyncio.get_running_loop().call_later(timeout, fire)
-    try:
-        return await work
-    except asyncio.CancelledError:
-        uncancel = getattr(task, "uncancel", None)
-        if not fired or (uncancel is not None and uncancel() > 0):
-            raise
-        raise expired() from None
-    finally:
-        handle.cancel()
-
-
 class ProgramRun:
     """Bookkeeping for one running program: rids in flight, open sequences, counters."""
 
@@ -115,7 +86,7 @@ class ProgramRun:
                                        retryable=self.runtime.retry.retry_timeouts, program=self.program.program_id,
                                        step=ctx.step, branch=ctx.branch,
                                        hint="raise RuntimeLimits.request_timeout for slow backends")
-        return within(work, timeout, expired)
+        return self.runtime._deadlines.bound(work, timeout, expired)
 
     def _count(self, res: GenResult | ScoreResult, kind: TokenKind) -> None:
         usage = self.program.tokens

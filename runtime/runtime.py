@@ -26,6 +26,7 @@ from typing import Any
 
 from certa.runtime.backends.base import Backend
 from certa.runtime.context import Context
+from certa.runtime.deadlines import Deadlines
 from certa.runtime.driver import drive
 from certa.runtime.errors import CallDepthError, CertaError, ConfigError, StepFailedError
 from certa.runtime.events import EventBus
@@ -70,6 +71,7 @@ class Runtime:
         self._ids = itertools.count()
         self._active: dict[str, ProgramRun] = {}
         self._closing: set[str] = set()  # programs being cancelled: their subtrees start nothing new
+        self._deadlines = Deadlines()  # RuntimeLimits.request_timeout, one watchdog for all requests
 
     # ---- public API -----------------------------------------------------------------
     @property

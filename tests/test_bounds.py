@@ -169,6 +169,7 @@ async def test_cancelling_an_unbounded_recursion_ends_it_and_leaves_nothing():
 class Loop(ct.State):
     question: str = "q"
     n: int = 0
+    answer: str | None = None
 
 
 def endless() -> ct.CompiledGraph:
@@ -283,3 +284,14 @@ async def test_a_repeated_cancel_of_a_deep_tree_does_not_recurse_down_it():
     done, _ = await asyncio.wait({task}, timeout=20)
     assert done and task.cancelled(), "the cancel must not fail (RecursionError) or hang"
     assert_nothing_left(rt, backend)
+
+
+def test_the_timeout_holds_across_event_loops():
+    """run_sync starts a new loop per call: the watchdog re-arms on each one."""
+    backend = ct.ScriptedBackend(latency=1e6)
+    rt = ct.Runtime(backend, limits=RuntimeLimits(request_timeout=0.1))
+    for _ in range(2):
+        t0 = time.perf_counter()
+        assert isinstance(rt.run_sync(one_gen()).error, RequestTimeoutError)
+        assert time.perf_counter() - t0 < 2
+    assert rt._deadlines.live == 0

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import importlib.util
+import pathlib
+import subprocess
+import sys
 import warnings
 from typing import Literal
 
@@ -216,3 +220,69 @@ def test_router_without_destination_hint_warns_ct112():
         g = one_step()
         g.branch("a", router, **kw)
         assert _warnings(g) == []
+
+
+# ---- the examples written with the join (examples/*.py, on the scripted fake backend) ----------
+EXAMPLES = pathlib.Path(__file__).resolve().parent.parent / "examples"
+
+
+def example(name: str):
+    spec = importlib.util.spec_from_file_location(f"join_example_{name}", EXAMPLES / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_best_of_n_joins_all_candidates_or_stops_at_a_verified_one():
+    bon = example("best_of_n")
+    answers = ["\\boxed{7}", "\\boxed{8}", "\\boxed{8}", "\\boxed{9}"]
+    weights = {"7": 0.6, "8": 0.4, "9": 0.1}   # 8 wins on total verifier score (2 x 0.4) though 7 scores highest
+
+    def verifier(req):
+        p = weights[req.prompt.split("Proposed answer: ")[1].split("\n")[0]]
+        return {"Yes": p, "No": 1 - p}
+
+    r = ct.Runtime(ct.ScriptedBackend(responses=answers, scores=verifier)).run_sync(bon.program, question="q")
+    assert r.exit_reason == "done" and len(r.state.scored) == 8 and r.state.best == "8" and r.answer == "8"
+
+    backend = ct.ScriptedBackend(responses=answers, scores=lambda req: {"Yes": 0.99, "No": 0.01},
+                                 latency=lambda req: 0.01 * (req.branch % 4))
+    r = ct.Runtime(backend).run_sync(bon.program, question="q")
+    assert r.exit_reason == "certaindex" and r.state.best is None and len(r.state.scored) < 8
+    assert r.answer in ("7", "8", "9") and backend.abort_calls and backend.live_rids() == set()
+
+
+def test_tot_bfs_prunes_once_per_level_and_keeps_the_best_path():
+    tot = example("tot_bfs")
+
+    def value(req):   # the path whose steps are all "b" is the best
+        path = req.prompt.split("Steps so far:\n")[1].split("Is this on track?")[0].split()
+        return {"Yes": path.count("b") / len(path), "No": 1 - path.count("b") / len(path)}
+
+    backend = ct.ScriptedBackend(responses=lambda req: "ab"[req.seed % 2] + f" {req.seed}", scores=value)
+    r = ct.Runtime(backend).run_sync(tot.program, question="q")
+    assert r.error is None and r.exit_reason == "done"
+    assert r.state.depth == tot.DEPTH and r.knob_used == tot.BREADTH * (1 + tot.BEAM * (tot.DEPTH - 1))
+    assert [len([p for p in r.state.proposals if p[0] == d]) for d in range(tot.DEPTH)] == [3, 6, 6]
+    best = r.state.frontier[0].splitlines()
+    assert len(best) == tot.DEPTH and all(line.startswith("b ") for line in best)
+    assert r.answer == best[-1].split()[-1]
+
+
+def test_debate_stops_at_consensus_or_after_exactly_its_rounds():
+    debate = example("debate")
+    stubborn = ct.Runtime(ct.ScriptedBackend(
+        responses=lambda req: "\\boxed{1}" if "alice" in req.prompt.split(".")[0] else "\\boxed{2}"))
+    r = stubborn.run_sync(debate.program, question="q")
+    assert r.exit_reason == "done" and r.state.round == debate.ROUNDS == r.knob_used
+    assert len(r.state.said) == 2 * debate.ROUNDS and r.answer == "1"   # no extra round after the last
+    agree = ct.Runtime(ct.ScriptedBackend(responses=["\\boxed{5}"])).run_sync(debate.program, question="q")
+    assert agree.exit_reason == "certaindex" and agree.state.round == 1 and agree.answer == "5"
+
+
+@pytest.mark.parametrize("name", ["best_of_n", "tot_bfs", "debate"])
+def test_join_example_runs_as_a_script(name):
+    out = subprocess.run([sys.executable, "-W", "error::UserWarning", str(EXAMPLES / f"{name}.py")],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "answer:" in out.stdout and "exit:" in out.stdout

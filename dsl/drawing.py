@@ -31,13 +31,17 @@ def _label(c: "CompiledGraph", name: str) -> str:
 
 
 def mermaid(c: "CompiledGraph") -> Mermaid:
-    """Mermaid flowchart: steps, static edges (solid), conditional edges (dashed), loops, certaindex."""
+    """Mermaid flowchart: steps, static edges (solid), conditional edges (dashed), joins (thick),
+    loops, certaindex."""
     g = c.graph
     lines = ["flowchart TD", f"    {START}([start])", f"    {END}([end])"]
     lines += [f'    {n}["{_label(c, n)}"]' for n in g.steps]
-    entry = g.entry_step or next(iter(g.steps))
-    lines.append(f"    {START} --> {entry}")
+    if not (any(src == START for src, _ in g.edges) or any(b.source == START for b in g.branches)):
+        lines.append(f"    {START} --> {g.entry_step or next(iter(g.steps))}")
     static = set()
+    for after, step in g.joins:  # fan-in: thick, once after the whole fan-out
+        static.add((after, step))
+        lines.append(f"    {after} ==>|join| {step}")
     for src, dst in g.edges:
         static.add((src, dst))
         lines.append(f"    {src} -->|loop| {dst}" if src == dst else f"    {src} --> {dst}")

@@ -286,3 +286,9 @@ def test_join_example_runs_as_a_script(name):
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert "answer:" in out.stdout and "exit:" in out.stdout
+
+
+def test_drawing_shows_the_join_and_the_start_branch():
+    text = str(example("tot_bfs").program.draw())
+    assert "expand ==>|join| prune" in text and "__start__ -.->|grow| expand" in text
+    assert "__start__ --> expand" not in text and "expand --> __end__" not in text

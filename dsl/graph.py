@@ -13,6 +13,9 @@ Example (Self-Consistency in a few lines; runs on the scripted fake backend):
     >>> @sc.certaindex
     ... def agreement(s: SC) -> float:
     ...     return 1.0 if len(set(s.answers)) == 1 and len(s.answers) > 1 else 0.0
+    >>> @sc.answer
+    ... def first(s: SC):
+    ...     return s.answers[0] if s.answers else None
     >>> _ = sc.loop("sample")
     >>> program = sc.compile(policy=ct.Threshold(0.9, detect_at=4))
     >>> ct.Runtime(backend=ct.ScriptedBackend(responses=["42"])).run_sync(program, question="q").exit_reason
@@ -189,7 +192,19 @@ class Graph:
         they continue) has finished and merged its update. The default stays per branch:
         ``edge(after, x)`` enters ``x`` as each branch finishes; only a join waits.
 
-        Example: ``g.join("prune", after="expand")`` runs ``prune`` on the whole frontier.
+        Example (``total`` runs once, on the merged update of all three branches):
+            >>> import certa as ct
+            >>> class F(ct.State):
+            ...     xs: ct.Appended[list[int]] = []
+            ...     answer: int = 0
+            >>> g = ct.Graph(F, name="fan_in")
+            >>> @g.step(fanout=3)
+            ... def work(s, ctx): return {"xs": [ctx.branch]}
+            >>> @g.step
+            ... def total(s): return {"answer": sum(s.xs)}
+            >>> program = g.join("total", after="work").compile()
+            >>> ct.Runtime(ct.ScriptedBackend()).run_sync(program).answer
+            3
         """
         self._open("add a join")
         self.joins.append((after, step))

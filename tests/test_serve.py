@@ -295,7 +295,8 @@ def test_cli_serve_answers_then_shuts_down_on_sigterm():
 
 
 @pytest.mark.parametrize("name", ["serve", "serve.errors", "serve.schemas", "serve.metrics", "serve.completion",
-                                  "serve.programs", "serve.server", "serve.format", "serve.http", "serve.launch"])
+                                  "serve.programs", "serve.server", "serve.format", "serve.http", "serve.launch",
+                                  "serve.auth", "serve.connections"])
 def test_module_examples_run(name):
     if name in ("serve.http", "serve.launch"):
         pytest.importorskip("starlette", reason="starlette is not installed (pip install 'certa[serve]')")

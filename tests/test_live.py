@@ -109,7 +109,8 @@ async def test_live_table_follows_a_real_batch_with_nested_programs():
     rt = ct.Runtime(ct.ScriptedBackend(responses=respond))
     out = io.StringIO()
     with LiveTable(rt, mode="text", out=out) as live:
-        results = await rt.run_many([(build("sc", cap=8), {"question": "2+2?"}),
+        sc = build("sc", cap=8)
+        results = await rt.run_many([(sc, {"question": "2+2?"}),
                                      (sc_mcts_program(branches_per_round=2, cap=4, iterations=2), {"question": "q"})])
     by_id = {r.program_id: r for r in live.rows}
     for res in results:
@@ -117,7 +118,7 @@ async def test_live_table_follows_a_real_batch_with_nested_programs():
         assert row.status == res.exit_reason and row.tokens == res.tokens.total
         assert row.certaindex == res.final_certaindex and row.knob_used == res.knob_used
         assert row.inflight == 0 and row.steps == 0
-    assert by_id[results[0].program_id].tau == 0.55
+    assert by_id[results[0].program_id].tau == sc.policy.tau
     nested = [r for r in live.rows if r.depth == 1]
     assert nested and all(r.program_id.startswith(results[1].program_id + "/") for r in nested)
     assert rt.events.active is False, "closing unsubscribed"

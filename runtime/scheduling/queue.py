@@ -5,6 +5,9 @@ waiting ticket for that costs O(n log n) per request; for a policy whose key doe
 while a ticket waits, a heap keyed by the policy's own ``key`` answers in O(log n) and gives
 the same order (ties broken by arrival, as the stable sort did). Entries are invalidated
 lazily: a ticket that leaves, or is re-keyed, leaves its old entry behind, skipped on pop.
+Under a gang policy the heap holds one entry per program, its oldest waiting ticket: a gang
+key keeps a program's tickets contiguous, so any one of them places the program, and
+re-keying everyone (certa's SJF learning from a finished program) costs O(programs waiting).
 
 What a policy promises is its :attr:`~certa.runtime.scheduling.scheduler.SchedulingPolicy.key_stability`:
 
@@ -61,6 +64,7 @@ class WaitQueue:
     def __init__(self, policy: "SchedulingPolicy") -> None:
         self.policy = policy
         self.mode = key_mode(policy)
+        self._gang = bool(policy.gang)  # heap entries: one per program (its oldest waiting ticket stands for it)
         self._items: dict[int, "Ticket"] = {}  # queue position -> ticket, in arrival order
         self._by_program: dict[str, dict[int, "Ticket"]] = {}
         self._heap: list[tuple[Any, int, int, "Ticket"]] = []  # (key, position, version, ticket)
@@ -82,11 +86,12 @@ class WaitQueue:
         t.qpos = pos = next(self._positions)
         t.qver = 0
         self._items[pos] = t
-        self._by_program.setdefault(t.program.program_id, {})[pos] = t
+        mine = self._by_program.setdefault(t.program.program_id, {})
+        mine[pos] = t
         if t.waiter is not None:
             self.with_waiter += 1
-        if self.heap and not self._stale:
-            heapq.heappush(self._heap, (self.policy.key(t, now), pos, 0, t))
+        if self.heap and not self._stale and (not self._gang or len(mine) == 1):
+            self._enter(t, now)
 
     def remove(self, t: "Ticket") -> bool:
         """Take ``t`` out (admitted or discarded). False if it was not waiting."""
@@ -95,10 +100,13 @@ class WaitQueue:
             return False
         del self._items[pos]
         mine = self._by_program[t.program.program_id]
+        first = next(iter(mine)) == pos
         del mine[pos]
+        t.qpos = -1
         if not mine:
             del self._by_program[t.program.program_id]
-        t.qpos = -1
+        elif self._gang and first and self.heap and not self._stale:
+            self._enter(next(iter(mine.values())), 0.0)  # the program's next oldest stands for it now
         if t.waiter is not None:
             self.with_waiter -= 1
         if self.heap and len(self._heap) > 2 * len(self._items) + 64:
@@ -113,20 +121,27 @@ class WaitQueue:
         """The program's info changed: re-key its waiting tickets (``"program"`` policies)."""
         if self.mode != "program" or self._stale:
             return
-        for t in self._by_program.get(program_id, {}).values():
-            t.qver += 1
-            heapq.heappush(self._heap, (self.policy.key(t, now), t.qpos, t.qver, t))
+        mine = self._by_program.get(program_id, {})
+        for t in (list(mine.values())[:1] if self._gang else mine.values()):
+            self._enter(t, now)
 
     def rekey_all(self) -> None:
         """Every key may have changed (the policy learned something): rebuild before the next pop."""
         if self.mode == "program":
             self._stale = True
 
+    def _enter(self, t: "Ticket", now: float) -> None:
+        """(Re-)enter ``t`` in the heap under its current key; its older entries go stale."""
+        t.qver += 1
+        heapq.heappush(self._heap, (self.policy.key(t, now), t.qpos, t.qver, t))
+
     def _rebuild(self, now: float) -> None:
         key = self.policy.key
-        for t in self._items.values():
+        heads = [next(iter(m.values())) for m in self._by_program.values()] if self._gang \
+            else list(self._items.values())
+        for t in heads:
             t.qver += 1
-        self._heap = [(key(t, now), t.qpos, t.qver, t) for t in self._items.values()]
+        self._heap = [(key(t, now), t.qpos, t.qver, t) for t in heads]
         heapq.heapify(self._heap)
         self._stale = False
 

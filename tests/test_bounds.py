@@ -38,7 +38,7 @@ def mixed_workload(policy: SchedulingPolicy, seed: int) -> list[str]:
             pid = f"p{tick}"
             infos[pid] = info = ProgramInfo(pid, clock.t, knob_cap=rng.choice([4, 8, None]))
             s.register(info)
-            for i in range(rng.randint(1, 5)):  # a fan-out: several tickets at once
+            for i in range(rng.randint(1, 8)):  # a fan-out (some larger than max_requests: admitted in part)
                 t = s.ticket(f"{pid}-{i}", info, est_tokens=rng.choice([50, 100, 400]))
                 s.submit(t)
                 waiting.append(t)

@@ -67,6 +67,11 @@ def test_stopping_policy_kinds_match_to_dict():
     assert isinstance(Policy.from_dict({"kind": "threshold", "tau": 0.5}), Threshold)
 
 
+def _stdout_of_fresh_python(code: str) -> str:
+    """Run ``code`` in a new interpreter (nothing imported yet) and return its stripped stdout."""
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+
+
 def test_registration_is_explicit_not_an_import_side_effect():
     """Importing the algorithms (or defining a Policy subclass) adds nothing to the runtime's table."""
     code = ("from certa.runtime.policy import POLICY_KINDS, Policy\n"
@@ -75,16 +80,14 @@ def test_registration_is_explicit_not_an_import_side_effect():
             "class Mine(Policy):\n    kind = 'mine'\n    def decide(self, program): ...\n"
             "assert POLICY_KINDS.names() == before, POLICY_KINDS.names()\n"
             "try:\n    Policy.from_dict({'kind': 'esc'})\nexcept Exception as exc:\n    print(type(exc).__name__)\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "ConfigError"
+    assert _stdout_of_fresh_python(code) == "ConfigError"
 
 
 def test_listing_programs_imports_no_program():
     code = ("import sys\nfrom certa.algorithms.programs.library import PROGRAMS, describe\n"
             "[describe(n) for n in PROGRAMS]\n"
             "print(sorted(m for m in sys.modules if m.startswith(('certa.dsl', 'certa.algorithms.programs.'))))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "['certa.algorithms.programs.library']"
+    assert _stdout_of_fresh_python(code) == "['certa.algorithms.programs.library']"
 
 
 def test_cot_signal_kinds_resolve_without_importing_their_module_first():
@@ -92,8 +95,7 @@ def test_cot_signal_kinds_resolve_without_importing_their_module_first():
     code = ("import sys\nfrom certa.algorithms.signals import signal_from_dict\n"
             "assert 'certa.algorithms.signals.text' not in sys.modules\n"
             "print(type(signal_from_dict({'kind': 'committed', 'confirm': 2})).__name__)")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "Committed"
+    assert _stdout_of_fresh_python(code) == "Committed"
     for kind in COT_SIGNALS:
         if kind != "all":
             assert COT_SIGNALS.get(kind).kind == kind

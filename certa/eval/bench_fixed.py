@@ -33,6 +33,7 @@ from typing import Any
 
 from certa.algorithms.policies import policy_from_dict
 from certa.algorithms.policies.votes import SC_DEFAULT, SC_PEERS
+from certa.eval.bench_tokens import save_png
 from certa.eval.calibration import check_not_reserved
 from certa.eval.evalstats import compare
 from certa.eval.replay_eval import Replayer, check_traces
@@ -130,11 +131,4 @@ def plot_fixed(report: dict[str, Any], path: str | Path) -> Path:
     ax.set_ylabel("accuracy (whole file" + (", FINAL REPORT)" if report.get("final") else ")"))
     ax.set_title(f"SC fixed policies: {report['problems']} problems x {report['samples_per_problem']} samples, "
                  f"{report['orders']} orders", fontsize=9)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, loc="lower right")
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.tight_layout()
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
-    return out
+    return save_png(fig, ax, path)

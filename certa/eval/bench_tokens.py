@@ -47,7 +47,7 @@ from certa.eval.evalstats import compare
 from certa.eval.replay_eval import ProgramKind, Replayer, Scores, check_traces
 from certa.eval.cot_grid import forced_answer_oracle, forced_answer_run, has_text_probes
 
-__all__ = ["TARGETS", "bench_tokens", "candidate_label", "plot", "preset_candidates"]
+__all__ = ["TARGETS", "bench_tokens", "candidate_label", "plot", "preset_candidates", "save_png"]
 
 TARGETS: dict[str, dict[str, float]] = {"sc": {"token_ratio": 0.45, "accuracy_drop": 0.005},
                                         "cot": {"token_ratio": 0.75, "accuracy_drop": 0.005}}
@@ -231,6 +231,16 @@ def plot(report: dict[str, Any], path: str | Path) -> Path:
     ax.set_ylabel("accuracy (held-out)")
     ax.set_title(f"{report['program'].upper()}: {report['heldout_problems']} held-out problems "
                  f"({', '.join(report['models'])})", fontsize=9)
+    return save_png(fig, ax, path)
+
+
+def save_png(fig: Any, ax: Any, path: str | Path) -> Path:
+    """Finish a benchmark plot (grid, legend at lower right) and write it to ``path`` as a 120-dpi PNG.
+
+    The figure is closed afterwards; the parent folder is created. Returns the written path.
+    """
+    import matplotlib.pyplot as plt
+
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="lower right")
     out = Path(path)

@@ -61,6 +61,17 @@ def _write_json(path: str, data: Any) -> None:
     p.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
 
 
+def _write_report(report: dict[str, Any], traces: str, json_out: str, png: Optional[str], plot: Any) -> None:
+    """Write a bench report (with its trace path) as JSON and, given ``png``, ``plot(report, png)``."""
+    report["traces"] = str(traces)
+    _write_json(json_out, report)
+    if png:
+        try:
+            plot(report, png)
+        except ImportError as exc:
+            raise ConfigError(f"--png needs matplotlib: {exc}", hint="pip install 'certa[plot]'") from None
+
+
 @app.command("calibrate")
 def calibrate(
     program: str = _PROGRAM,
@@ -153,13 +164,7 @@ def bench_tokens(
         from certa.eval.bench_tokens import bench_tokens as run_bench, plot
         report = run_bench(_load(traces), _program(program), cal_fraction=cal_fraction, seed=seed, orders=orders,
                            dataset=dataset, reps=reps)
-        report["traces"] = str(traces)
-        _write_json(json_out, report)
-        if png:
-            try:
-                plot(report, png)
-            except ImportError as exc:
-                raise ConfigError(f"--png needs matplotlib: {exc}", hint="pip install 'certa[plot]'") from None
+        _write_report(report, traces, json_out, png, plot)
     except (CertaError, OSError) as exc:
         _fail(exc, debug)
     typer.echo(f"{report['program']}: {report['heldout_problems']} held-out of {report['problems']} problems "
@@ -191,13 +196,7 @@ def _bench_fixed(program: str, traces: str, json_out: str, png: Optional[str], f
         chosen = {name: preset(name) for name in presets}
         chosen |= {Path(f).stem if Path(f).stem not in chosen else f: load_policy(f) for f in files}
         report = bench_fixed(_load(traces), chosen, final=final, **kw)
-        report["traces"] = str(traces)
-        _write_json(json_out, report)
-        if png:
-            try:
-                plot_fixed(report, png)
-            except ImportError as exc:
-                raise ConfigError(f"--png needs matplotlib: {exc}", hint="pip install 'certa[plot]'") from None
+        _write_report(report, traces, json_out, png, plot_fixed)
     except (CertaError, OSError) as exc:
         _fail(exc, debug)
     if final:

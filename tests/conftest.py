@@ -3,16 +3,31 @@
 ``make_sc`` builds it (``from .conftest import make_sc``, or the ``sc`` fixture): ``fanout``
 branches per round sample ``ctx.gen(question)``, ``agreement`` is the certaindex, ``vote``
 the answer, the knob counts branches up to ``cap``.
+
+``load_example(name)`` imports ``examples/<name>.py`` as a fresh module (``EXAMPLES`` is that folder).
 """
 
 from __future__ import annotations
 
 from collections import Counter
+import importlib.util
+import pathlib
 from collections.abc import Callable
+from types import ModuleType
 
 import pytest
 
 import certa as ct
+
+EXAMPLES = pathlib.Path(__file__).resolve().parent.parent / "examples"
+
+
+def load_example(name: str) -> ModuleType:
+    """Execute ``examples/<name>.py`` as a new module (not registered in ``sys.modules``) and return it."""
+    spec = importlib.util.spec_from_file_location(f"example_{name}", EXAMPLES / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 class SC(ct.State):

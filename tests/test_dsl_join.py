@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import importlib.util
-import pathlib
 import subprocess
 import sys
 import warnings
@@ -14,6 +12,9 @@ import pytest
 
 import certa as ct
 from certa.dsl import errors as E
+
+from .conftest import EXAMPLES
+from .conftest import load_example as example
 
 
 class S(ct.State):
@@ -223,16 +224,6 @@ def test_router_without_destination_hint_warns_ct112():
 
 
 # ---- the examples written with the join (examples/*.py, on the scripted fake backend) ----------
-EXAMPLES = pathlib.Path(__file__).resolve().parent.parent / "examples"
-
-
-def example(name: str):
-    spec = importlib.util.spec_from_file_location(f"join_example_{name}", EXAMPLES / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_best_of_n_joins_all_candidates_or_stops_at_a_verified_one():
     bon = example("best_of_n")
     answers = ["\\boxed{7}", "\\boxed{8}", "\\boxed{8}", "\\boxed{9}"]

@@ -2,19 +2,9 @@
 
 from __future__ import annotations
 
-import importlib.util
-import pathlib
-
 import certa as ct
 
-EXAMPLES = pathlib.Path(__file__).parent.parent / "examples"
-
-
-def load(name: str):
-    spec = importlib.util.spec_from_file_location(f"example_{name}", EXAMPLES / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from .conftest import load_example as load
 
 
 def test_sc_example_exits_early_when_branches_agree():

@@ -4,6 +4,7 @@
 branches per round sample ``ctx.gen(question)``, ``agreement`` is the certaindex, ``vote``
 the answer, the knob counts branches up to ``cap``.
 
+``stop_process(proc)`` ends a server a test started (terminate, then kill).
 ``load_example(name)`` imports ``examples/<name>.py`` as a fresh module (``EXAMPLES`` is that folder).
 """
 
@@ -12,6 +13,7 @@ from __future__ import annotations
 from collections import Counter
 import importlib.util
 import pathlib
+import subprocess
 from collections.abc import Callable
 from types import ModuleType
 
@@ -28,6 +30,16 @@ def load_example(name: str) -> ModuleType:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def stop_process(proc: subprocess.Popen, grace_s: float = 10.0, kill_wait_s: float = 5.0) -> None:
+    """Ask ``proc`` to exit (SIGTERM); kill it if it is still there ``grace_s`` later, then reap it."""
+    proc.terminate()
+    try:
+        proc.wait(grace_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(kill_wait_s)
 
 
 class SC(ct.State):

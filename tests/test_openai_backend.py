@@ -20,6 +20,7 @@ from certa.runtime.errors import BackendError, ConfigError
 from certa.runtime.types import GenRequest, ScoreRequest
 
 from .conformance import BackendConformance
+from .conftest import stop_process
 from .fakes.openai_fake import FakeOpenAIWorker
 
 pytest.importorskip("httpx", reason="the HTTP backends need httpx (pip install 'certa[http]')")
@@ -79,12 +80,7 @@ def llama_server():
             time.sleep(0.2)
         yield url
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
+        stop_process(proc)
 
 
 @pytest.mark.model

@@ -23,6 +23,7 @@ import certa.runtime as rt_mod
 from certa.runtime.limits import RetryPolicy
 from certa.runtime.types import GenRequest, ScoreRequest
 
+from .conftest import stop_process
 from .fakes.sglang_fake import FakeSGLangConfig
 from .fakes.sglang_fake_http import FakeSGLangServer
 
@@ -226,12 +227,7 @@ async def gateway(tmp_path):
                 await asyncio.sleep(0.2)
         yield url, srvs
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
+        stop_process(proc)
         log.close()
         for s in srvs:
             await s.close()

@@ -9,8 +9,7 @@ on first use (module ``__getattr__``): importing one submodule does not load the
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from certa.runtime.lazy import lazy_exports
 
 _FROM: dict[str, tuple[str, ...]] = {
     "certa.algorithms.answers": ("boxed", "extract_answer", "extract_boxed", "extract_probe_answer", "normalize"),
@@ -40,16 +39,4 @@ _LAZY: dict[str, tuple[str, str | None]] = {
 __all__ = sorted(_LAZY)
 
 
-def __getattr__(name: str) -> Any:
-    try:
-        module_name, attr = _LAZY[name]
-    except KeyError:
-        raise AttributeError(f"module 'certa.algorithms' has no attribute {name!r}") from None
-    module = importlib.import_module(module_name)
-    value = module if attr is None else getattr(module, attr)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_LAZY})
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)

@@ -14,8 +14,7 @@ Example:
 
 from __future__ import annotations
 
-from typing import Any
-
+from certa.runtime.lazy import lazy_exports
 from certa.serve.completion import Completion, Heartbeat, Progress
 from certa.serve.errors import BadRequestError, ServerBusyError, ShuttingDownError, UnknownModelError
 from certa.serve.schemas import CertaOptions
@@ -26,11 +25,6 @@ __all__ = ["BadRequestError", "CertaOptions", "Completion", "CompletionStream", 
            "ServerBusyError", "ShuttingDownError", "UnknownModelError", "create_app", "start_background"]
 
 
-def __getattr__(name: str) -> Any:  # the HTTP layer needs starlette/uvicorn: import it only when asked
-    if name == "create_app":
-        from certa.serve.http import create_app
-        return create_app
-    if name == "start_background":
-        from certa.serve.launch import start_background
-        return start_background
-    raise AttributeError(f"module 'certa.serve' has no attribute {name!r}")
+# the HTTP layer needs starlette/uvicorn: import it only when asked
+__getattr__, __dir__ = lazy_exports(__name__, {"create_app": ("certa.serve.http", "create_app"),
+                                               "start_background": ("certa.serve.launch", "start_background")})

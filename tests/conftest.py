@@ -4,6 +4,7 @@
 branches per round sample ``ctx.gen(question)``, ``agreement`` is the certaindex, ``vote``
 the answer, the knob counts branches up to ``cap``.
 
+``tiny_problems`` (fixture) holds the problems of ``TINY_TRACES``, ``tests/data/traces_tiny.jsonl``.
 ``stop_process(proc)`` ends a server a test started (terminate, then kill).
 ``load_example(name)`` imports ``examples/<name>.py`` as a fresh module (``EXAMPLES`` is that folder).
 """
@@ -22,6 +23,7 @@ import pytest
 import certa as ct
 
 EXAMPLES = pathlib.Path(__file__).resolve().parent.parent / "examples"
+TINY_TRACES = pathlib.Path(__file__).resolve().parent / "data" / "traces_tiny.jsonl"
 
 
 def load_example(name: str) -> ModuleType:
@@ -92,3 +94,10 @@ def make_sc(cap: int = 8, fanout: int = 4, policy: ct.Policy | None = None, *, n
 def sc() -> Callable[..., ct.CompiledGraph]:
     """The :func:`make_sc` builder."""
     return make_sc
+
+
+@pytest.fixture(scope="module")
+def tiny_problems() -> list:
+    """The 12 problems of ``TINY_TRACES`` (loaded once per test module; tests must not mutate them)."""
+    from certa.eval.traces import load_traces  # on first use: most tests never read traces
+    return load_traces(TINY_TRACES)

@@ -4,7 +4,6 @@ probe tokens counted for CoT, JSON + PNG, and one-line errors on malformed trace
 from __future__ import annotations
 
 import json
-import pathlib
 
 import pytest
 from typer.testing import CliRunner
@@ -12,28 +11,22 @@ from typer.testing import CliRunner
 from certa.eval.bench_tokens import bench_tokens
 from certa.eval.calibration import split_problems
 from certa.cli import app
-from certa.eval.traces import load_traces
 
-DATA = pathlib.Path(__file__).parent / "data"
-TINY = DATA / "traces_tiny.jsonl"
+from .conftest import TINY_TRACES
+
 runner = CliRunner()
 
 
 @pytest.fixture(scope="module")
-def problems():
-    return load_traces(TINY)
+def sc_report(tiny_problems):
+    return bench_tokens(tiny_problems, "sc", cal_fraction=0.5, seed=0, reps=200)
 
 
-@pytest.fixture(scope="module")
-def sc_report(problems):
-    return bench_tokens(problems, "sc", cal_fraction=0.5, seed=0, reps=200)
-
-
-def test_sc_methods_and_heldout_only(problems, sc_report):
+def test_sc_methods_and_heldout_only(tiny_problems, sc_report):
     r = sc_report
     assert set(r["methods"]) == {"baseline-even", "baseline-length", "certaindex-threshold", "pareto", "esc",
                                  "adaptive-consistency", "oracle-bound"}
-    _, held = split_problems(problems, 0.5, seed=0)
+    _, held = split_problems(tiny_problems, 0.5, seed=0)
     assert r["heldout_idx"] == [p.idx for p in held] and r["heldout_problems"] == len(held)
     full = sum(sum(s.tokens for s in p.samples) for p in held) / len(held)
     even = r["methods"]["baseline-even"]
@@ -50,8 +43,8 @@ def test_sc_methods_and_heldout_only(problems, sc_report):
     assert r["targets"]["token_ratio"] == 0.45 and isinstance(r["targets"]["met"], bool)
 
 
-def test_cot_counts_probe_tokens(problems):
-    r = bench_tokens(problems, "cot", cal_fraction=0.5, seed=0, reps=100)
+def test_cot_counts_probe_tokens(tiny_problems):
+    r = bench_tokens(tiny_problems, "cot", cal_fraction=0.5, seed=0, reps=100)
     names = set(r["methods"])
     assert {"baseline-even", "probe-calibrated"} <= names
     assert {f"dynasor-{p}" for p in ("mild", "low", "mid", "high", "crazy")} <= names
@@ -67,7 +60,7 @@ def test_cot_counts_probe_tokens(problems):
 
 def test_cli_writes_json_and_png(tmp_path):
     js, png = tmp_path / "sc.json", tmp_path / "sc.png"
-    res = runner.invoke(app, ["bench", "tokens", "--program", "sc", "--traces", str(TINY), "--json", str(js),
+    res = runner.invoke(app, ["bench", "tokens", "--program", "sc", "--traces", str(TINY_TRACES), "--json", str(js),
                               "--png", str(png), "--reps", "100"])
     assert res.exit_code == 0, res.output
     data = json.loads(js.read_text())

@@ -4,7 +4,6 @@ policy files that `certa run --policy` loads, reserved splits refused."""
 from __future__ import annotations
 
 import json
-import pathlib
 
 import numpy as np
 import pytest
@@ -17,31 +16,26 @@ from certa.eval.replay_eval import Replayer, Scores
 from certa.cli import _load_policy, app
 from certa.eval.errors import DatasetError
 from certa.algorithms.policies import policy_from_dict
-from certa.eval.traces import load_traces, parse_trace_line
+from certa.eval.traces import parse_trace_line
 
-DATA = pathlib.Path(__file__).parent / "data"
-TINY = DATA / "traces_tiny.jsonl"
+from .conftest import TINY_TRACES
+
 runner = CliRunner()
 
 
-@pytest.fixture(scope="module")
-def problems():
-    return load_traces(TINY)
-
-
-def test_split_is_seeded_disjoint_complete_and_independent_of_file_order(problems):
-    cal, held = split_problems(problems, 0.5, seed=3)
+def test_split_is_seeded_disjoint_complete_and_independent_of_file_order(tiny_problems):
+    cal, held = split_problems(tiny_problems, 0.5, seed=3)
     assert len(cal) == 6 and len(held) == 6
     assert {p.idx for p in cal}.isdisjoint(p.idx for p in held)
-    assert {p.idx for p in cal} | {p.idx for p in held} == {p.idx for p in problems}
-    again, _ = split_problems(list(reversed(problems)), 0.5, seed=3)
+    assert {p.idx for p in cal} | {p.idx for p in held} == {p.idx for p in tiny_problems}
+    again, _ = split_problems(list(reversed(tiny_problems)), 0.5, seed=3)
     assert [p.idx for p in again] == [p.idx for p in cal]
-    other, _ = split_problems(problems, 0.5, seed=4)
+    other, _ = split_problems(tiny_problems, 0.5, seed=4)
     assert {p.idx for p in other} != {p.idx for p in cal}
-    assert len(split_problems(problems, 0.25, seed=0)[0]) == 3
+    assert len(split_problems(tiny_problems, 0.25, seed=0)[0]) == 3
 
 
-def test_calibration_never_reads_the_heldout_part(problems, monkeypatch):
+def test_calibration_never_reads_the_heldout_part(tiny_problems, monkeypatch):
     """Every Replayer built before the held-out report holds calibration problems only."""
     built: list[tuple[str, set]] = []
     phase = ["calibrate"]
@@ -62,7 +56,7 @@ def test_calibration_never_reads_the_heldout_part(problems, monkeypatch):
     for method in ("threshold", "pareto", "esc", "adaptive-consistency"):
         built.clear()
         phase[0] = "calibrate"
-        out = calibrate_split(problems, "sc", method=method, cal_fraction=0.5, seed=1, reps=50)
+        out = calibrate_split(tiny_problems, "sc", method=method, cal_fraction=0.5, seed=1, reps=50)
         cal, held = set(out["split"]["calibration_idx"]), set(out["split"]["heldout_idx"])
         assert built and all(idx <= cal for ph, idx in built if ph == "calibrate"), method
         reports = [idx for ph, idx in built if ph == "report"]
@@ -70,8 +64,8 @@ def test_calibration_never_reads_the_heldout_part(problems, monkeypatch):
 
 
 @pytest.mark.parametrize("program", ["sc", "cot"])
-def test_corrupting_the_heldout_part_changes_nothing_in_the_calibration(problems, program):
-    cal, held = split_problems(problems, 0.5, seed=2)
+def test_corrupting_the_heldout_part_changes_nothing_in_the_calibration(tiny_problems, program):
+    cal, held = split_problems(tiny_problems, 0.5, seed=2)
     poisoned = []
     for p in held:  # every held-out answer wrong (and unprobed samples very long)
         data = json.loads(p.model_dump_json())
@@ -88,8 +82,8 @@ def test_corrupting_the_heldout_part_changes_nothing_in_the_calibration(problems
 
 @pytest.mark.parametrize("program,method", [("sc", "threshold"), ("sc", "pareto"), ("sc", "esc"),
                                             ("sc", "adaptive-consistency"), ("cot", "probe")])
-def test_choice_has_no_accuracy_loss_on_calibration_and_saves_or_keeps_budget(problems, program, method):
-    cal, _ = split_problems(problems, 0.5, seed=0)
+def test_choice_has_no_accuracy_loss_on_calibration_and_saves_or_keeps_budget(tiny_problems, program, method):
+    cal, _ = split_problems(tiny_problems, 0.5, seed=0)
     res = calibrate(cal, program, method=method)
     s = res.summary()
     assert s["accuracy_delta"] >= 0 and s["token_ratio"] <= 1.0 and s["feasible"] <= s["candidates"]
@@ -101,9 +95,9 @@ def test_choice_has_no_accuracy_loss_on_calibration_and_saves_or_keeps_budget(pr
             assert sc.mean_tokens >= res.scores.mean_tokens - 1e-9
 
 
-def test_policy_file_loads_into_certa_run(problems, tmp_path):
+def test_policy_file_loads_into_certa_run(tiny_problems, tmp_path):
     out = tmp_path / "policy.json"
-    r = runner.invoke(app, ["calibrate", "--program", "sc", "--traces", str(TINY), "--cal-fraction", "0.5",
+    r = runner.invoke(app, ["calibrate", "--program", "sc", "--traces", str(TINY_TRACES), "--cal-fraction", "0.5",
                             "--seed", "0", "--out", str(out), "--reps", "100"])
     assert r.exit_code == 0, r.output
     data = json.loads(out.read_text())

@@ -91,17 +91,20 @@ def cluster(answers: Sequence[Any], same: Same = "exact") -> list[list[int]]:
                 clusters.append([i])
         return clusters
     eq = resolve_same(same)
-    for i, a in enumerate(answers):
-        if not is_empty(a):
-            for members in clusters:
-                rep = answers[members[0]]
-                if not is_empty(rep) and eq(rep, a):
-                    members.append(i)
-                    break
-            else:
-                clusters.append([i])
-        else:
+    return _greedy(len(answers), lambda i: is_empty(answers[i]),
+                   lambda rep, i: not is_empty(answers[rep]) and eq(answers[rep], answers[i]))
+
+
+def _greedy(n: int, alone: Callable[[int], bool], joins: Callable[[int, int], bool]) -> list[list[int]]:
+    """Greedy clusters of indices ``0..n-1`` in order: index ``i`` joins the first cluster whose
+    first member ``rep`` has ``joins(rep, i)``, else starts one; ``alone(i)`` always starts one."""
+    clusters: list[list[int]] = []
+    for i in range(n):
+        home = None if alone(i) else next((members for members in clusters if joins(members[0], i)), None)
+        if home is None:
             clusters.append([i])
+        else:
+            home.append(i)
     return clusters
 
 
@@ -180,16 +183,5 @@ class EmbeddingClusterer:
         """Greedy clusters (see :func:`cluster`), embedding every text once."""
         idx = [i for i, t in enumerate(texts) if not is_empty(t)]
         vecs = dict(zip(idx, self.embed([texts[i] for i in idx]))) if idx else {}
-        clusters: list[list[int]] = []
-        for i in range(len(texts)):
-            if i in vecs:
-                for members in clusters:
-                    rep = members[0]
-                    if rep in vecs and float(vecs[rep] @ vecs[i]) >= self.threshold:
-                        members.append(i)
-                        break
-                else:
-                    clusters.append([i])
-            else:
-                clusters.append([i])
-        return clusters
+        return _greedy(len(texts), lambda i: i not in vecs,
+                       lambda rep, i: rep in vecs and float(vecs[rep] @ vecs[i]) >= self.threshold)

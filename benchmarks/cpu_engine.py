@@ -19,15 +19,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import platform
 import statistics
 import sys
 import time
-from pathlib import Path
 
 import llama_cpp as lc
 from certa.runtime.backends.llamacpp.backend import LlamaCppBackend
 from certa.runtime.types import GenRequest
+
+from _machine import machine, parser, run_main  # benchmarks/_machine.py: benchmarks/ is on sys.path as a script
 
 SYSTEM = "Please reason step by step, and put your final answer within \\boxed{}."
 QUESTION = ("A robe takes 2 bolts of blue fiber and half that much white fiber. How many bolts in total does it "
@@ -163,21 +163,18 @@ async def main(args) -> dict:
         "decode_step_ratio_raw_over_certa": round(statistics.median(r["decode_step_ms"]["raw"] / r["decode_step_ms"]["certa"]
                                                                     for r in rounds), 3),
         "target": {"speedup_vs_sequential": 2.5, "ratio_vs_raw_batched": 0.9},
-        "machine": {"platform": platform.platform(), "note": "shared CPU; other jobs may be running"},
+        "machine": machine(),
     }
 
 
 def cli(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--json", required=True, help="write the figures here")
-    p.add_argument("--model", default="qwen2.5-coder-0.5b", help="GGUF path or known model name")
+    p = parser(__doc__)
     p.add_argument("--branches", type=int, default=8)
     p.add_argument("--tokens", type=int, default=64)
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--threads", type=int, default=2)
     args = p.parse_args(argv)
-    out = asyncio.run(main(args))
-    Path(args.json).write_text(json.dumps(out, indent=2))
+    out = run_main(main, args)
     print(json.dumps({k: out[k] for k in ("tok_s", "speedup_vs_sequential", "ratio_vs_raw_batched", "median_round")}))
 
 

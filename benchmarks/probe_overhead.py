@@ -18,10 +18,8 @@ usage: python benchmarks/probe_overhead.py --json out.json [--model qwen2.5-code
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
-import platform
 import statistics
 import sys
 import time
@@ -30,6 +28,8 @@ from pathlib import Path
 from certa.runtime.backends.llamacpp.backend import LlamaCppBackend
 from certa.runtime.sim.fit import fit_cost_model
 from certa.runtime.types import GenRequest
+
+from _machine import machine, parser, run_main  # benchmarks/_machine.py: benchmarks/ is on sys.path as a script
 
 PROBE = "... Oh, I suddenly got the answer to the whole problem, **Final Answer**\n\n\\[ \\boxed{"
 SYSTEM = "Please reason step by step, and put your final answer within \\boxed{}."
@@ -115,7 +115,7 @@ async def main(args) -> dict:
         "cost_model": fit.as_dict(),
         "target": {"extra_wall_max": 0.15, "exactness": 1.0},
         "engine": {k: stats[k] for k in ("iterations", "prompt_tokens", "probe_tokens", "decode_tokens", "probe")},
-        "machine": {"platform": platform.platform(), "note": "shared CPU; other jobs may be running"},
+        "machine": machine(),
     }
 
 
@@ -134,9 +134,7 @@ def summary(runs: list[dict], v: str) -> dict:
 
 
 def cli(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--json", required=True, help="write the figures here")
-    p.add_argument("--model", default="qwen2.5-coder-0.5b", help="GGUF path or known model name")
+    p = parser(__doc__)
     p.add_argument("--data", default=str(Path(__file__).resolve().parents[2] / "shared/data/gsm8k/test.jsonl"))
     p.add_argument("--problems", type=int, default=3)
     p.add_argument("--seeds", type=int, default=1)
@@ -146,8 +144,7 @@ def cli(argv: list[str] | None = None) -> None:
     p.add_argument("--temperature", type=float, default=0.7)
     p.add_argument("--threads", type=int, default=2)
     args = p.parse_args(argv)
-    out = asyncio.run(main(args))
-    Path(args.json).write_text(json.dumps(out, indent=2))
+    out = run_main(main, args)
     print(json.dumps(out["variants"]))
 
 

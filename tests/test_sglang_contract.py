@@ -43,24 +43,28 @@ async def _until(cond, timeout=3.0):
         await asyncio.sleep(0.005)
 
 
+async def _running_pair(srv, b, rid_x: str, rid_y: str) -> tuple[asyncio.Future, asyncio.Future]:
+    """Start two requests that run until aborted (prompts "x" and "y") and wait until ``srv`` runs both."""
+    pair = tuple(asyncio.ensure_future(b.generate(GenRequest(prompt=prompt, max_tokens=10_000, rid=rid)))
+                 for prompt, rid in (("x", rid_x), ("y", rid_y)))
+    await _until(lambda: len(srv.core.running) == 2)
+    return pair
+
+
 # ---- conformance ---------------------------------------------------------------------------------
+HTTP_SETUPS = {  # (fake server config, backend options): the server orders by priority, or certa does
+    "server-priority": (dict(enable_priority_scheduling=True), dict()),
+    "client-ordering": (dict(enable_priority_scheduling=False, incremental_streaming_output=True),
+                        dict(server_priority=False, max_in_flight=2, incremental_output=True)),
+}
+
+
 class TestSGLangHTTPConformance(BackendConformance):
-    @pytest.fixture
-    async def backend(self):
-        srv = await _server(enable_priority_scheduling=True, enable_deterministic_inference=True)
-        b = SGLangHTTPBackend(srv.url, server_deterministic=True)
-        yield b
-        await b.close()
-        await srv.close()
-
-
-class TestSGLangHTTPClientOrderingConformance(BackendConformance):
-    @pytest.fixture
-    async def backend(self):
-        srv = await _server(enable_priority_scheduling=False, incremental_streaming_output=True,
-                            enable_deterministic_inference=True)
-        b = SGLangHTTPBackend(srv.url, server_priority=False, max_in_flight=2, incremental_output=True,
-                              server_deterministic=True)
+    @pytest.fixture(params=list(HTTP_SETUPS.values()), ids=list(HTTP_SETUPS))
+    async def backend(self, request):
+        server_cfg, backend_kw = request.param
+        srv = await _server(**server_cfg, enable_deterministic_inference=True)
+        b = SGLangHTTPBackend(srv.url, server_deterministic=True, **backend_kw)
         yield b
         await b.close()
         await srv.close()
@@ -215,9 +219,7 @@ async def test_priority_gate_orders_and_survives_cancelled_waiters():
 async def test_abort_sends_exact_rid_and_prefix_abort_is_not_honoured():
     srv = await _server()
     b = SGLangHTTPBackend(srv.url)
-    t1 = asyncio.ensure_future(b.generate(GenRequest(prompt="x", max_tokens=10_000, rid="prog9-s-0")))
-    t2 = asyncio.ensure_future(b.generate(GenRequest(prompt="y", max_tokens=10_000, rid="prog9-s-1")))
-    await _until(lambda: len(srv.core.running) == 2)
+    t1, t2 = await _running_pair(srv, b, "prog9-s-0", "prog9-s-1")
     import httpx
 
     async with httpx.AsyncClient(trust_env=False) as c:  # the public path, as another client would

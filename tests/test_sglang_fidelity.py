@@ -20,7 +20,7 @@ from certa.runtime.types import GenRequest, ScoreRequest
 
 from .fakes.sglang_fake import FakeSGLangConfig
 from .fakes.sglang_fake_http import FakeEngine
-from .test_sglang_contract import FAST, W, _server, _until
+from .test_sglang_contract import FAST, W, _running_pair, _server, _until
 
 pytest.importorskip("httpx", reason="the HTTP backends need httpx (pip install 'certa[http]')")
 from certa.runtime.backends.http_common import wire_rid  # noqa: E402
@@ -46,9 +46,7 @@ def test_no_wire_rid_is_a_prefix_of_another(a, b):
 async def test_aborting_a_rid_spares_rids_it_is_a_prefix_of():
     srv = await _server()
     b = SGLangHTTPBackend(srv.url)
-    short = asyncio.ensure_future(b.generate(GenRequest(prompt="x", max_tokens=10_000, rid="X-s1")))
-    long = asyncio.ensure_future(b.generate(GenRequest(prompt="y", max_tokens=10_000, rid="X-s10")))
-    await _until(lambda: len(srv.core.running) == 2)
+    short, long = await _running_pair(srv, b, "X-s1", "X-s10")
     assert await b.abort("X-s1") is True
     assert (await short).finish_reason == "abort"
     await asyncio.sleep(0.05)

@@ -129,7 +129,8 @@ async def _serve(specs: list[ProgramSpec], pol: SchedulingPolicy, backend: SimBa
                  limits: AdmissionLimits | None, cfg: ProgramConfig, early_exit: bool) -> list[ProgramRecord]:
     loop = asyncio.get_running_loop()
     sched = HistoryScheduler(pol, limits, clock=loop.time, prior_output=cfg.prior_output)
-    rt = Runtime(backend, scheduler=sched, limits=RuntimeLimits(max_tokens_per_request=None))
+    # no request timeout: its watchdog keeps wall-clock deadlines, meaningless in simulated time
+    rt = Runtime(backend, scheduler=sched, limits=RuntimeLimits(max_tokens_per_request=None, request_timeout=None))
     records: list[ProgramRecord] = []
 
     async def one(spec: ProgramSpec) -> None:

@@ -6,6 +6,7 @@ the answer, the knob counts branches up to ``cap``.
 
 ``tiny_problems`` (fixture) holds the problems of ``TINY_TRACES``, ``tests/data/traces_tiny.jsonl``.
 ``stop_process(proc)`` ends a server a test started (terminate, then kill).
+``program_source(name, body)`` is the text of a program file a test writes (``S``, ``g``, then ``body``).
 ``load_example(name)`` imports ``examples/<name>.py`` as a fresh module (``EXAMPLES`` is that folder).
 """
 
@@ -15,6 +16,7 @@ from collections import Counter
 import importlib.util
 import pathlib
 import subprocess
+import textwrap
 from collections.abc import Callable
 from types import ModuleType
 
@@ -32,6 +34,22 @@ def load_example(name: str) -> ModuleType:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+STATE_SOURCES = {
+    "answers": 'class S(ct.State):\n    question: str\n    answers: ct.Appended[list[str]] = []\n',  # SC's fields
+    "answer": 'class S(ct.State):\n    question: str\n    answer: str = ""\n',
+}
+
+
+def program_source(name: str, body: str, *, state: str = "answers", knob: str = 'ct.Knob("branches", cap=2)',
+                   imports: tuple[str, ...] = ()) -> str:
+    """The text of a program file: ``imports``, ``import certa as ct``, the state ``S`` (``STATE_SOURCES[state]``),
+    ``g = ct.Graph(S, knob=<knob>, name=<name>)``, then ``body`` dedented (the steps, and ``program = g.compile()``).
+    For example ``program_source("p", "program = g.compile()")`` is a branches-knob program with no step.
+    """
+    head = "\n".join([*imports, "import certa as ct", "", "", STATE_SOURCES[state]])
+    return f"{head}\ng = ct.Graph(S, knob={knob}, name={name!r})\n\n" + textwrap.dedent(body)
 
 
 def stop_process(proc: subprocess.Popen, grace_s: float = 10.0, kill_wait_s: float = 5.0) -> None:

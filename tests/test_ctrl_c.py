@@ -9,7 +9,6 @@ import os
 import signal
 import subprocess
 import sys
-import textwrap
 import time
 
 import pytest
@@ -17,16 +16,10 @@ import pytest
 import certa as ct
 from certa.batch import exit_if_interrupt_stalls
 
-STUBBORN = '''
-    import asyncio, os, time
-    import certa as ct
+from .conftest import program_source
 
-    class S(ct.State):
-        question: str
-        answer: str = ""
-
-    g = ct.Graph(S, knob=ct.Knob("iterations", cap=1), name="stubborn")
-
+STUBBORN = program_source("stubborn", state="answer", knob='ct.Knob("iterations", cap=1)',
+                          imports=("import asyncio, os, time",), body='''
     @g.step
     async def stall(s, ctx):
         open(os.environ["CT_STARTED"], "w").close()
@@ -37,12 +30,12 @@ STUBBORN = '''
         return {"answer": "1"}
 
     program = g.compile()
-'''
+''')
 
 
 @pytest.mark.slow
 def test_ctrl_c_exits_within_seconds_even_when_cleanup_stalls(tmp_path):
-    (tmp_path / "prog.py").write_text(textwrap.dedent(STUBBORN))
+    (tmp_path / "prog.py").write_text(STUBBORN)
     data = tmp_path / "data.jsonl"
     data.write_text(json.dumps({"question": "q", "answer": "1"}) + "\n")
     env = dict(os.environ, CT_STARTED=str(tmp_path / "started"))

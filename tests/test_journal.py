@@ -8,7 +8,6 @@ import os
 import signal
 import subprocess
 import sys
-import textwrap
 import time
 
 import pytest
@@ -16,18 +15,11 @@ import pytest
 from certa.batch import Journal, run_dataset
 from certa.runtime.errors import ConfigError
 
+from .conftest import program_source
+
 N = 30
-SLOW_PROGRAM = '''
-    import asyncio, os
-    import certa as ct
-    from certa.algorithms.answers import extract_answer
-
-    class S(ct.State):
-        question: str
-        answers: ct.Appended[list[str]] = []
-
-    g = ct.Graph(S, knob=ct.Knob("branches", cap=2), name="slow")
-
+SLOW_PROGRAM = program_source("slow", imports=("import asyncio, os", "from certa.algorithms.answers import extract_answer"),
+                              body='''
     @g.step(fanout=2)
     async def sample(s, ctx):
         await asyncio.sleep(float(os.environ.get("CT_STEP_DELAY", "0.04")))  # test only: a slow step
@@ -44,13 +36,13 @@ SLOW_PROGRAM = '''
 
     g.loop("sample")
     program = g.compile()
-'''
+''')
 
 
 @pytest.fixture
 def batch(tmp_path):
     prog = tmp_path / "slow_prog.py"
-    prog.write_text(textwrap.dedent(SLOW_PROGRAM))
+    prog.write_text(SLOW_PROGRAM)
     data = tmp_path / "data.jsonl"
     data.write_text("".join(json.dumps({"question": f"What is {i} + {i}?", "answer": str(2 * i)}) + "\n"
                             for i in range(N)))

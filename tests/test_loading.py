@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-import textwrap
 
 import pytest
 from typer.testing import CliRunner
@@ -12,16 +11,9 @@ from certa.cli import app
 from certa.loading import load_target
 from certa.runtime.errors import ConfigError
 
-PROG = textwrap.dedent('''
-    import certa as ct
-    from {helper} import PROMPT, vote
+from .conftest import program_source
 
-    class S(ct.State):
-        question: str
-        answers: ct.Appended[list[str]] = []
-
-    g = ct.Graph(S, knob=ct.Knob("branches", cap=2), name="neighbourly")
-
+PROG = program_source("neighbourly", imports=("from {helper} import PROMPT, vote",), body='''
     @g.step(fanout=2)
     async def sample(s, ctx):
         out = await ctx.gen(PROMPT + s.question, max_tokens=32)

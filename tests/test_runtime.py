@@ -10,7 +10,7 @@ import pytest
 import certa as ct
 from certa.runtime.backends.testing.scripted import words
 
-from .conftest import make_sc
+from .conftest import SC, make_sc
 
 
 async def test_reducer_merges_concurrent_branches():
@@ -93,12 +93,7 @@ async def test_token_accounting_by_kind():
 
 async def test_nested_subprogram_counts_tokens_and_aborts_on_exit():
     inner = make_sc(cap=2, fanout=2)
-
-    class Outer(ct.State):
-        question: str
-        answers: ct.Appended[list[str]] = []
-
-    g = ct.Graph(Outer, knob=ct.Knob("branches", cap=6), name="outer")
+    g = ct.Graph(SC, knob=ct.Knob("branches", cap=6), name="outer")  # SC: the inner program's state too
 
     @g.step(fanout=3)
     async def sub(s, ctx):

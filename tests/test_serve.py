@@ -13,7 +13,6 @@ import re
 import signal
 import subprocess
 import sys
-import textwrap
 import time
 
 import pytest
@@ -25,6 +24,8 @@ from certa.runtime.errors import ConfigError, LimitExceededError
 from certa.serve import (BadRequestError, Completion, Heartbeat, Progress, Server, ServerBusyError, ShuttingDownError,
                          UnknownModelError)
 from certa.serve.schemas import ChatRequest, CompletionRequest, parse_request
+
+from .conftest import program_source
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 AGREE = "Let me think. The answer is \\boxed{18}."
@@ -137,12 +138,7 @@ async def test_limits_and_bad_requests():
 
 async def test_policy_needing_a_missing_certaindex_is_refused(tmp_path):
     src = tmp_path / "plain.py"
-    src.write_text(textwrap.dedent("""
-        import certa as ct
-        class S(ct.State):
-            question: str
-            answer: str = ""
-        g = ct.Graph(S, knob=ct.Knob("iterations", cap=1), name="plain")
+    src.write_text(program_source("plain", state="answer", knob='ct.Knob("iterations", cap=1)', body="""
         @g.step
         async def go(s, ctx):
             return {"answer": (await ctx.gen(s.question, max_tokens=4)).text}

@@ -41,7 +41,7 @@ from certa.runtime.types import Capabilities, GenRequest, GenResult, ScoreReques
 from certa.runtime.backends.base import Backend
 from certa.runtime.backends.http_common import StreamState, probs_from_top, where, wire_rid
 from certa.runtime.backends.sglang.protocol import (PRIORITY_POLICIES, SeedNotice, abort_error, parse_native,
-                                                    sglang_priority)
+                                                    sampling_params, sglang_priority)
 
 ENGINE_DEFAULTS: dict[str, Any] = {
     "enable_priority_scheduling": True,
@@ -141,13 +141,8 @@ class SGLangEngineBackend(Backend):
 
     # ---- streaming core ---------------------------------------------------------------------
     async def _stream(self, req: GenRequest, st: StreamState, top: int) -> None:
-        params: dict[str, Any] = {"max_new_tokens": req.max_tokens, "temperature": req.temperature, "top_p": req.top_p}
-        if req.top_k > 0:
-            params["top_k"] = req.top_k
-        if req.stop:
-            params["stop"] = list(req.stop)
+        params = sampling_params(req)
         if req.seed is not None:
-            params["sampling_seed"] = req.seed
             self._seeds.check(req)
         kwargs: dict[str, Any] = {"prompt": self._prompt(req), "sampling_params": params, "rid": wire_rid(req.rid),
                                   "priority": self.priority_of(req), "stream": True}

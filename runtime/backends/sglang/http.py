@@ -40,7 +40,8 @@ from certa.runtime.errors import BackendError
 from certa.runtime.types import Capabilities, GenRequest
 from certa.runtime.backends.http_common import StreamState, server_message, where, wire_rid
 from certa.runtime.backends.openai_http import OpenAIBackend, Parser
-from certa.runtime.backends.sglang.protocol import SeedNotice, abort_error, parse_native, sglang_priority
+from certa.runtime.backends.sglang.protocol import (SeedNotice, abort_error, parse_native, sampling_params,
+                                                    sglang_priority)
 
 log = logging.getLogger("certa.runtime.backends")
 
@@ -210,15 +211,7 @@ class SGLangHTTPBackend(OpenAIBackend):
             if prio is not None:
                 body["priority"] = prio
             return url, body, parse
-        params: dict[str, Any] = {"max_new_tokens": req.max_tokens, "temperature": req.temperature,
-                                  "top_p": req.top_p}
-        if req.top_k > 0:
-            params["top_k"] = req.top_k
-        if req.stop:
-            params["stop"] = list(req.stop)
-        if req.seed is not None:
-            params["sampling_seed"] = req.seed
-        body: dict[str, Any] = {"text": req.prompt, "sampling_params": params, "rid": wire_rid(req.rid)}
+        body: dict[str, Any] = {"text": req.prompt, "sampling_params": sampling_params(req), "rid": wire_rid(req.rid)}
         if prio is not None:
             body["priority"] = prio
         n_top = max(req.logprobs, top)

@@ -25,6 +25,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from certa.runtime.errors import ConfigError
+from certa.runtime.types import GenRequest
 from certa.runtime.backends.http_common import StreamState, server_abort_error
 
 PRIORITY_DISABLED_HINT = "Using priority is disabled"
@@ -46,6 +47,22 @@ def sglang_priority(priority: float, *, scale: float = 1.0, low_values_first: bo
     """
     value = max(-_INT_LIMIT, min(_INT_LIMIT, round(priority * scale)))
     return int(value) if low_values_first else int(-value)
+
+
+def sampling_params(req: GenRequest) -> dict[str, Any]:
+    """SGLang's ``sampling_params`` for ``req`` (the native ``/generate`` body and ``async_generate``).
+
+    >>> sampling_params(GenRequest(prompt="", max_tokens=8, top_k=0, stop=("\\n",), seed=3))["sampling_seed"]
+    3
+    """
+    params: dict[str, Any] = {"max_new_tokens": req.max_tokens, "temperature": req.temperature, "top_p": req.top_p}
+    if req.top_k > 0:
+        params["top_k"] = req.top_k
+    if req.stop:
+        params["stop"] = list(req.stop)
+    if req.seed is not None:
+        params["sampling_seed"] = req.seed
+    return params
 
 
 def parse_native(data: dict, st: StreamState, incremental: bool = False,

@@ -24,7 +24,7 @@ import logging
 import re
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from starlette.applications import Starlette
@@ -129,6 +129,21 @@ async def _disconnected(receive: Receive) -> None:
         pass
 
 
+async def _race_disconnect(work: asyncio.Future, receive: Receive, *,
+                           on_stop: Callable[[], Awaitable[None]] | None = None) -> None:
+    """Wait for ``work`` or the client's disconnect, whichever comes first, then cancel both;
+    ``on_stop`` runs after the cancel and before both are joined."""
+    gone = asyncio.ensure_future(_disconnected(receive))
+    try:
+        await asyncio.wait({work, gone}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for t in (work, gone):
+            t.cancel()
+        if on_stop is not None:
+            await on_stop()
+        await asyncio.gather(work, gone, return_exceptions=True)
+
+
 class _Api:
     def __init__(self, server: Server, heartbeat_s: float, max_body_bytes: int) -> None:
         self.server, self.heartbeat_s, self.max_body_bytes = server, heartbeat_s, max_body_bytes
@@ -218,13 +233,7 @@ class _Plain:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         work = asyncio.ensure_future(self._run())
-        gone = asyncio.ensure_future(_disconnected(receive))
-        try:
-            await asyncio.wait({work, gone}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for t in (work, gone):
-                t.cancel()
-            await asyncio.gather(work, gone, return_exceptions=True)
+        await _race_disconnect(work, receive)
         if work.cancelled():
             log.info("request_id=%s client disconnected: program aborted", self.opts["request_id"])
             return
@@ -261,13 +270,7 @@ class _EventStream:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         pump = asyncio.ensure_future(self._pump(send))
-        gone = asyncio.ensure_future(_disconnected(receive))
-        try:
-            await asyncio.wait({pump, gone}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for t in (pump, gone):
-                t.cancel()
-            await self.stream.aclose()  # abort the program first: the pump then ends even if it missed its cancel
-            await asyncio.gather(pump, gone, return_exceptions=True)
+        # on_stop aborts the program first: the pump then ends even if it missed its cancel
+        await _race_disconnect(pump, receive, on_stop=self.stream.aclose)
         if pump.cancelled() or pump.exception() is not None:
             log.info("request_id=%s client disconnected mid-stream: program aborted", self.stream.request_id)

@@ -1,9 +1,9 @@
 """Shared scaffolding of the llama.cpp CPU benchmarks (``cpu_engine.py``, ``probe_overhead.py``).
 
-A benchmark builds its parser with :func:`parser` (``--json`` and ``--model``), adds its own
-options, and hands its ``async main(args) -> dict`` to :func:`run_main`, which writes the JSON; the
-report's ``machine`` entry is :func:`machine`. Imported as a sibling module, so the benchmarks
-still run as ``python benchmarks/x.py``.
+A benchmark builds its parser with :func:`parser` (``--json`` and ``--model``), adds its
+own options (:func:`add_options`), and hands its ``async main(args) -> dict`` to
+:func:`run_main`, which writes the JSON; the report's ``machine`` entry is :func:`machine`.
+Imported as a sibling module, so the benchmarks still run as ``python benchmarks/x.py``.
 """
 
 from __future__ import annotations
@@ -30,6 +30,12 @@ def parser(doc: str) -> argparse.ArgumentParser:
     p.add_argument("--json", required=True, help="write the figures here")
     p.add_argument("--model", default=DEFAULT_MODEL, help="GGUF path or known model name")
     return p
+
+
+def add_options(p: argparse.ArgumentParser, **defaults: int | float | str) -> None:
+    """``--name`` options in the given order, typed as their defaults (``probe_tokens`` -> ``--probe-tokens``)."""
+    for name, default in defaults.items():
+        p.add_argument("--" + name.replace("_", "-"), type=type(default), default=default)
 
 
 def run_main(main: Callable[[argparse.Namespace], Awaitable[dict[str, Any]]],

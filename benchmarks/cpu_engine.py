@@ -27,7 +27,7 @@ import llama_cpp as lc
 from certa.runtime.backends.llamacpp.backend import LlamaCppBackend
 from certa.runtime.types import GenRequest
 
-from _machine import machine, parser, run_main  # benchmarks/_machine.py: benchmarks/ is on sys.path as a script
+from _machine import add_options, machine, parser, run_main  # sibling module: benchmarks/ is on sys.path
 
 SYSTEM = "Please reason step by step, and put your final answer within \\boxed{}."
 QUESTION = ("A robe takes 2 bolts of blue fiber and half that much white fiber. How many bolts in total does it "
@@ -169,12 +169,8 @@ async def main(args) -> dict:
 
 def cli(argv: list[str] | None = None) -> None:
     p = parser(__doc__)
-    p.add_argument("--branches", type=int, default=8)
-    p.add_argument("--tokens", type=int, default=64)
-    p.add_argument("--rounds", type=int, default=2)
-    p.add_argument("--threads", type=int, default=2)
-    args = p.parse_args(argv)
-    out = run_main(main, args)
+    add_options(p, branches=8, tokens=64, rounds=2, threads=2)
+    out = run_main(main, p.parse_args(argv))
     print(json.dumps({k: out[k] for k in ("tok_s", "speedup_vs_sequential", "ratio_vs_raw_batched", "median_round")}))
 
 

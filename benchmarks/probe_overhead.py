@@ -29,7 +29,7 @@ from certa.runtime.backends.llamacpp.backend import LlamaCppBackend
 from certa.runtime.sim.fit import fit_cost_model
 from certa.runtime.types import GenRequest
 
-from _machine import machine, parser, run_main  # benchmarks/_machine.py: benchmarks/ is on sys.path as a script
+from _machine import add_options, machine, parser, run_main  # sibling module: benchmarks/ is on sys.path
 
 PROBE = "... Oh, I suddenly got the answer to the whole problem, **Final Answer**\n\n\\[ \\boxed{"
 SYSTEM = "Please reason step by step, and put your final answer within \\boxed{}."
@@ -136,15 +136,8 @@ def summary(runs: list[dict], v: str) -> dict:
 def cli(argv: list[str] | None = None) -> None:
     p = parser(__doc__)
     p.add_argument("--data", default=str(Path(__file__).resolve().parents[2] / "shared/data/gsm8k/test.jsonl"))
-    p.add_argument("--problems", type=int, default=3)
-    p.add_argument("--seeds", type=int, default=1)
-    p.add_argument("--interval", type=int, default=32)
-    p.add_argument("--probe-tokens", type=int, default=20)
-    p.add_argument("--max-tokens", type=int, default=256)
-    p.add_argument("--temperature", type=float, default=0.7)
-    p.add_argument("--threads", type=int, default=2)
-    args = p.parse_args(argv)
-    out = run_main(main, args)
+    add_options(p, problems=3, seeds=1, interval=32, probe_tokens=20, max_tokens=256, temperature=0.7, threads=2)
+    out = run_main(main, p.parse_args(argv))
     print(json.dumps(out["variants"]))
 
 

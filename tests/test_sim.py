@@ -451,3 +451,16 @@ def test_docstring_examples_run(module):
     import importlib
     res = doctest.testmod(importlib.import_module(module))
     assert res.failed == 0 and res.attempted > 0
+
+
+async def test_run_virtual_works_inside_a_running_loop():
+    """In Jupyter a loop is already running: the simulation runs on a thread of its own."""
+    import asyncio
+
+    from certa.runtime.sim.clock import run_virtual
+
+    async def nap():
+        await asyncio.sleep(3600)  # virtual: returns at once
+        return asyncio.get_running_loop().time()
+
+    assert run_virtual(nap(), start=10.0) == 3610.0

@@ -28,6 +28,7 @@ import asyncio
 import heapq
 import selectors
 from collections.abc import Callable, Coroutine
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from certa.runtime.errors import ConfigError
@@ -96,9 +97,21 @@ class VirtualClockLoop(asyncio.SelectorEventLoop):
 
 
 def run_virtual(coro: Coroutine[Any, Any, T], start: float = 0.0) -> T:
-    """Run ``coro`` to completion on a fresh :class:`VirtualClockLoop` (like ``asyncio.run``)."""
-    with asyncio.Runner(loop_factory=lambda: VirtualClockLoop(start)) as runner:
-        return runner.run(coro)
+    """Run ``coro`` to completion on a fresh :class:`VirtualClockLoop` (like ``asyncio.run``).
+
+    Called where a loop already runs (Jupyter), the simulation gets a thread of its own, as
+    :func:`~certa.runtime.runtime.run_blocking` does for live runs.
+    """
+    def run() -> T:
+        with asyncio.Runner(loop_factory=lambda: VirtualClockLoop(start)) as runner:
+            return runner.run(coro)
+
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return run()
+    with ThreadPoolExecutor(1, thread_name_prefix="certa-sim") as pool:
+        return pool.submit(run).result()
 
 
 __all__ = ["VirtualClockLoop", "run_virtual"]

@@ -30,6 +30,7 @@ class _ServeOptions(BaseModel):
     max_knob: Optional[int] = Field(default=None, ge=1)
     max_tokens: Optional[int] = Field(default=None, ge=1)
     max_inflight: Optional[int] = Field(default=None, ge=1)
+    max_request_seconds: Optional[float] = Field(default=None, gt=0, allow_inf_nan=False)
     shutdown_timeout: float = Field(ge=0)
     answer_format: str = Field(pattern="^(boxed|plain)$")
 
@@ -46,11 +47,14 @@ def serve(
     port: int = typer.Option(8000, help="port to bind"),
     scheduler: str = typer.Option("certa", help=f"{POLICIES.choices()} (one for all requests)"),
     max_concurrent: Optional[int] = typer.Option(None, help="programs running at once; more get 429"),
-    max_knob: Optional[int] = typer.Option(None, help="largest knob cap a request may ask for (else 400)"),
+    max_knob: Optional[int] = typer.Option(4096, help="largest knob cap (and knob-unit policy field) a request "
+                                           "may ask for (else 400); also clamps a program's own cap"),
     max_tokens: Optional[int] = typer.Option(None, help="largest max_tokens a request may ask for (else 400); "
                                              "also the default token budget"),
     max_inflight: Optional[int] = typer.Option(None, help="backend requests admitted at once; the scheduler "
                                                "orders the rest"),
+    max_request_seconds: Optional[float] = typer.Option(600.0, help="wall-time limit of one request: a program "
+                                                        "still running then is aborted (CT415)"),
     answer_format: str = typer.Option("boxed", help="boxed (\\boxed{18}) or plain (18)"),
     shutdown_timeout: float = typer.Option(30.0, help="seconds running programs get to finish on shutdown"),
     log_level: str = typer.Option("info", help="debug, info, warning, error"),
@@ -69,13 +73,14 @@ def serve(
     try:
         try:
             _ServeOptions(port=port, max_concurrent=max_concurrent, max_knob=max_knob, max_tokens=max_tokens,
-                          max_inflight=max_inflight, shutdown_timeout=shutdown_timeout, answer_format=answer_format)
+                          max_inflight=max_inflight, max_request_seconds=max_request_seconds,
+                          shutdown_timeout=shutdown_timeout, answer_format=answer_format)
         except ValidationError as exc:
             err = exc.errors()[0]
             raise ConfigError(f"--{str(err['loc'][0]).replace('_', '-')}: {err['msg']}") from None
         server = _build_server(program, backend, model, url, backend_opt, scheduler, max_concurrent=max_concurrent,
                                max_knob=max_knob, max_tokens=max_tokens, max_inflight=max_inflight,
-                               answer_format=answer_format)
+                               max_request_s=max_request_seconds, answer_format=answer_format)
         logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         console.print(f"serving [bold]{', '.join(server.models)}[/bold] on http://{host}:{port}/v1 with backend "
                       f"[bold]{type(server.runtime.backend).__name__}[/bold], scheduler [bold]{scheduler}[/bold]")

@@ -18,8 +18,8 @@ from __future__ import annotations
 from certa.dsl.errors import CompileError
 from certa.runtime.errors import BackendError, CertaError, ConfigError, LimitExceededError, RuntimeFailure
 
-__all__ = ["BadRequestError", "ServerBusyError", "ShuttingDownError", "UnauthorizedError", "UnknownModelError",
-           "error_type", "http_status"]
+__all__ = ["BadRequestError", "ServerBusyError", "ShuttingDownError", "TimeLimitError", "UnauthorizedError",
+           "UnknownModelError", "error_type", "http_status"]
 
 
 class BadRequestError(ConfigError):
@@ -58,6 +58,14 @@ class UnauthorizedError(ConfigError):
     """The request has no API key, or a wrong one (the server runs with ``--api-key``)."""
 
     code, name = "CT414", "unauthorized"
+
+
+class TimeLimitError(LimitExceededError):
+    """A program ran past the server's per-request wall-time limit (``max_request_s``,
+    ``--max-request-seconds``); it was aborted with its backend requests. HTTP 400, like the other
+    limits: retrying the same request would run into it again."""
+
+    code, name = "CT415", "time-limit"
 
 
 _STATUS: tuple[tuple[type[CertaError], int, str], ...] = (

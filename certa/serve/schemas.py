@@ -22,13 +22,16 @@ Example:
 
 from __future__ import annotations
 
+import math
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from certa.runtime.errors import ConfigError, LimitExceededError
 from certa.serve.errors import BadRequestError
 
-__all__ = ["CertaOptions", "ChatMessage", "ChatRequest", "CompletionRequest", "StreamOptions", "parse_request"]
+__all__ = ["CertaOptions", "ChatMessage", "ChatRequest", "CompletionRequest", "StreamOptions", "check_limits",
+           "parse_request"]
 
 AnswerFormat = Literal["boxed", "plain"]
 
@@ -57,7 +60,62 @@ class CertaOptions(BaseModel):
     def _policy_has_kind(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
         if v is not None and not (isinstance(v.get("kind"), str) and v["kind"]):
             raise ValueError('a policy needs a "kind", e.g. {"kind": "threshold", "tau": 0.6}')
+        bad = _non_finite(v, "")
+        if bad is not None:  # JSON's Infinity/NaN parse to floats no policy can use
+            raise ValueError(f"{bad[0]}={bad[1]} is not a finite number")
         return v
+
+
+def _non_finite(v: Any, path: str) -> tuple[str, str] | None:
+    """The first ``(path, value)`` in ``v`` (nested dicts and lists) that is an infinite or NaN float."""
+    if isinstance(v, float) and not math.isfinite(v):
+        return path or "value", "NaN" if math.isnan(v) else ("-Infinity" if v < 0 else "Infinity")
+    items = v.items() if isinstance(v, dict) else enumerate(v) if isinstance(v, list) else ()
+    for k, x in items:
+        bad = _non_finite(x, f"{path}.{k}" if path and isinstance(k, str) else f"{path}[{k}]" if path else str(k))
+        if bad is not None:
+            return bad
+    return None
+
+
+# policy fields counted in knob units (bounded by max_knob), in decode tokens (max_tokens), in [0, 1]
+_KNOB_FIELDS = ("detect_at", "every", "start", "min_samples", "window", "margin", "cap")
+_TOKEN_FIELDS = ("max_tokens",)
+_UNIT_FIELDS = ("tau", "threshold")
+
+
+def check_limits(opts: CertaOptions, *, max_knob: int | None, max_tokens: int | None) -> None:
+    """Refuse (CT205, HTTP 400, naming the field and the limit) a ``knob_cap`` or policy field
+    over the server's maximums; a ``tau``/``threshold`` outside [0, 1] is a CT300 (a bad policy).
+
+    A policy's knob-unit fields (``detect_at``, ``every``, ``start``, ``min_samples``,
+    ``window``, ``margin``, ``even``'s ``cap``) are bounded by ``max_knob``, a ``length``
+    policy's ``max_tokens`` by ``max_tokens`` (``None``: no bound).
+
+    >>> check_limits(CertaOptions(policy={"kind": "even", "cap": 99}), max_knob=16, max_tokens=None)
+    Traceback (most recent call last):
+    ...
+    certa.runtime.errors.LimitExceededError: CT205 limit-exceeded: certa.policy.cap=99 is over this server's limit of 16 (--max-knob)
+    """
+    if opts.knob_cap is not None and max_knob is not None and opts.knob_cap > max_knob:
+        _over("certa.knob_cap", opts.knob_cap, max_knob, "--max-knob")
+    for key, value in (opts.policy or {}).items():
+        if key in _UNIT_FIELDS:
+            values = value.values() if isinstance(value, dict) else [value]
+            if not all(isinstance(t, (int, float)) and not isinstance(t, bool) and 0 <= t <= 1 for t in values):
+                err = ConfigError(f"bad policy {opts.policy['kind']!r}: certa.policy.{key}={value!r} is outside [0, 1]")
+                err.param = f"certa.policy.{key}"  # type: ignore[attr-defined]
+                raise err
+        limit, flag = (max_knob, "--max-knob") if key in _KNOB_FIELDS else \
+            (max_tokens, "--max-tokens") if key in _TOKEN_FIELDS else (None, "")
+        if limit is not None and isinstance(value, (int, float)) and not isinstance(value, bool) and value > limit:
+            _over(f"certa.policy.{key}", value, limit, flag)
+
+
+def _over(field: str, value: Any, limit: int, flag: str) -> None:
+    err = LimitExceededError(f"{field}={value} is over this server's limit of {limit} ({flag})")
+    err.param = field  # type: ignore[attr-defined]  # the HTTP error body's "param"
+    raise err
 
 
 class StreamOptions(BaseModel):

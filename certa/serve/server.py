@@ -39,10 +39,10 @@ from certa.runtime.runtime import Runtime
 from certa.runtime.scheduling.scheduler import AdmissionLimits, Scheduler, SchedulingPolicy
 
 from certa.serve.completion import Completion
-from certa.serve.errors import ServerBusyError, ShuttingDownError, UnknownModelError
+from certa.serve.errors import ServerBusyError, ShuttingDownError, TimeLimitError, UnknownModelError
 from certa.serve.metrics import ServeMetrics, render_prometheus
 from certa.serve.programs import ServedProgram
-from certa.serve.schemas import CertaOptions, parse_request
+from certa.serve.schemas import CertaOptions, check_limits, parse_request
 from certa.serve.stream import CompletionStream, Job
 
 __all__ = ["CompletionStream", "Server"]
@@ -66,6 +66,9 @@ class Server:
         max_inflight: backend requests admitted at once (the scheduler queues and orders the
             rest: this is where scheduling pays off); None = no limit.
         answer_format: ``boxed`` (``\boxed{18}``) or ``plain`` — the default for requests.
+        max_request_s: wall-time limit of one request, in seconds: a program still running then
+            is aborted with its backend requests, and its caller gets :class:`TimeLimitError`
+            (CT415; ``certa serve --max-request-seconds``, default 600); None = no limit.
         runtime: an existing Runtime to share (then ``backend``/``scheduler`` are not used).
     """
 
@@ -73,11 +76,14 @@ class Server:
                  scheduler: str | SchedulingPolicy = "certa", max_concurrent: int | None = None,
                  max_knob: int | None = None, max_tokens: int | None = None, max_inflight: int | None = None,
                  answer_format: str = "boxed", limits: RuntimeLimits | None = None, runtime: Runtime | None = None,
-                 **backend_options: Any) -> None:
+                 max_request_s: float | None = None, **backend_options: Any) -> None:
         for name, value in (("max_concurrent", max_concurrent), ("max_knob", max_knob),
                             ("max_tokens", max_tokens), ("max_inflight", max_inflight)):
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
                 raise ConfigError(f"{name} must be a positive integer or None, not {value!r}")
+        if max_request_s is not None and (isinstance(max_request_s, bool) or not isinstance(max_request_s, (int, float))
+                                          or not math.isfinite(max_request_s) or max_request_s <= 0):
+            raise ConfigError(f"max_request_s must be a positive number of seconds or None, not {max_request_s!r}")
         if answer_format not in ("boxed", "plain"):
             raise ConfigError(f"answer_format must be 'boxed' or 'plain', not {answer_format!r}")
         specs = program.items() if isinstance(program, Mapping) else [(None, program)]
@@ -97,7 +103,7 @@ class Server:
                               "they cannot apply to the runtime= given")
         self.runtime = runtime
         self.max_concurrent, self.max_knob, self.max_tokens = max_concurrent, max_knob, max_tokens
-        self.answer_format = answer_format
+        self.answer_format, self.max_request_s = answer_format, max_request_s
         self.started = time.time()
         self.stats = ServeMetrics()
         self._jobs: set[Job] = set()
@@ -237,9 +243,7 @@ class Server:
         limit = self.runtime.limits.max_prompt_chars
         if limit is not None and len(question) > limit:
             raise LimitExceededError(f"the question has {len(question)} chars, over the limit of {limit}")
-        if opts.knob_cap is not None and self.max_knob is not None and opts.knob_cap > self.max_knob:
-            raise LimitExceededError(f"certa.knob_cap={opts.knob_cap} is over this server's limit of "
-                                     f"{self.max_knob} (--max-knob)")
+        check_limits(opts, max_knob=self.max_knob, max_tokens=self.max_tokens)  # knob_cap and policy fields
         if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int)
                                        or max_tokens < 1):
             raise ConfigError(f"max_tokens must be a positive integer, not {max_tokens!r}")
@@ -264,7 +268,36 @@ class Server:
         if self._closing:
             self._end(job, None)
             raise ShuttingDownError("the server is shutting down")
-        job.task = asyncio.ensure_future(self.runtime.run(job.program))
+        job.task = asyncio.ensure_future(self._run(job.program))
+
+    async def _run(self, program: Any) -> Result:
+        """Run one request's program, aborting it at ``max_request_s`` (a Result with a CT415 error)."""
+        limit = self.max_request_s
+        if limit is None:
+            return await self.runtime.run(program)
+        task = asyncio.current_task()
+        assert task is not None
+        expired = False
+
+        def expire() -> None:
+            nonlocal expired
+            expired = True
+            task.cancel()  # the runtime aborts the program's backend requests as it unwinds
+
+        timer = asyncio.get_running_loop().call_later(limit, expire)
+        try:
+            return await self.runtime.run(program)
+        except asyncio.CancelledError:
+            uncancel = getattr(task, "uncancel", None)  # Python >= 3.11: was it only our cancel?
+            if not expired or (uncancel is not None and uncancel() > 0):
+                raise
+            err = TimeLimitError(f"the program ran past this server's limit of {limit:g}s (--max-request-seconds) "
+                                 "and was aborted", program=program.program_id)
+            return Result(program_id=program.program_id, name=program.display_name, answer=None, state=None,
+                          tokens=program.tokens, knob_used=program.knob_value, knob_cap=program.knob_cap,
+                          exit_reason="time_limit", wall_s=limit, error=err)
+        finally:
+            timer.cancel()
 
     def _conclude(self, job: Job, result: Result) -> Completion:
         latency = self._end(job, result)

@@ -13,10 +13,10 @@ Example:
 
 from __future__ import annotations
 
-from certa.runtime.errors import CertaError
+from certa.runtime.errors import CertaError, StepFailedError
 
 __all__ = ["ALL_ERRORS", "ALL_WARNINGS", "CompileError", "CompileWarning", "ConflictingUpdateError",
-           "InvalidGraphError", "InvalidJoinError", "JoinWithoutFanoutError", "MissingAnswerWarning",
+           "InvalidGraphError", "InvalidJoinError", "InvalidUpdateError", "JoinWithoutFanoutError", "MissingAnswerWarning",
            "MissingCertaindexError", "UnboundedFanoutError", "UnboundedLoopError", "UnhintedRouterWarning", "UnknownStateKeyError",
            "UnknownStepError", "UnreachableStepError"]
 
@@ -61,6 +61,14 @@ class ConflictingUpdateError(CertaError):
     (the later write would silently replace the earlier; LangGraph raises ``InvalidUpdateError``)."""
 
     code, name = "CT108", "conflicting-update"
+
+
+class InvalidUpdateError(StepFailedError):
+    """At run time: a step's update does not fit the state model (a wrong type, or an awaitable
+    such as the coroutine of an un-awaited ``ctx.gen``); validated like the model's own fields.
+    A subclass of CT201."""
+
+    code, name = "CT113", "invalid-update"
 
 
 class JoinWithoutFanoutError(CompileError):
@@ -111,7 +119,7 @@ class UnhintedRouterWarning(CompileWarning):
 ALL_ERRORS: tuple[type[CertaError], ...] = (
     CompileError, UnknownStepError, UnreachableStepError, UnboundedLoopError, UnboundedFanoutError,
     MissingCertaindexError, UnknownStateKeyError, InvalidGraphError, ConflictingUpdateError,
-    JoinWithoutFanoutError, InvalidJoinError,
+    JoinWithoutFanoutError, InvalidJoinError, InvalidUpdateError,
 )
 ALL_WARNINGS: tuple[type[CompileWarning], ...] = (CompileWarning, MissingAnswerWarning, UnhintedRouterWarning)
 """The DSL's error classes (``docs/errors.md`` lists every code)."""

@@ -10,6 +10,7 @@ in-flight requests on the backend.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import itertools
 from collections import Counter
 from typing import TYPE_CHECKING, Any
@@ -82,8 +83,12 @@ class GraphProgram(Program):
                                   branch=branch) from exc
         if update:
             if not isinstance(update, dict):
+                awaitable = inspect.isawaitable(update)
+                if inspect.iscoroutine(update):
+                    update.close()
                 raise StepFailedError(f"step returned {type(update).__name__}; expected a dict of state updates or None",
-                                      program=self.program_id, step=step, branch=branch)
+                                      program=self.program_id, step=step, branch=branch,
+                                      hint="did you forget await?" if awaitable else None)
             self._check_conflicts(step, branch, update)
             apply_update(self.state, update, self.compiled.reducers, program=self.program_id, step=step, branch=branch)
         self.history.append((step, branch))
@@ -146,11 +151,40 @@ class GraphProgram(Program):
         signals = self.compiled.graph.signals
         if not signals:
             return None
-        return {s.name: float(s.fn(self.state)) for s in signals}
+        out: dict[str, float] = {}
+        for s in signals:
+            try:
+                out[s.name] = float(s.fn(self.state))
+            except CertaError:
+                raise
+            except Exception as exc:
+                raise self._failed(f"certaindex {s.name!r}", exc) from exc
+        return out
 
     def answer(self) -> Any:
+        """The ``@answer`` function's value (else the ``answer`` field); an exception in it, or an
+        awaitable returned, raises CT201 naming it (the Runtime puts it on ``Result.error``)."""
         fn = self.compiled.graph.answer_fn
-        return fn(self.state) if fn is not None else getattr(self.state, "answer", None)
+        if fn is None:
+            return getattr(self.state, "answer", None)
+        try:
+            out = fn(self.state)
+        except CertaError:
+            raise
+        except Exception as exc:
+            raise self._failed(f"@answer {getattr(fn, '__name__', 'answer')!r}", exc) from exc
+        if inspect.isawaitable(out):
+            if inspect.iscoroutine(out):
+                out.close()
+            raise StepFailedError(f"@answer {getattr(fn, '__name__', 'answer')!r} returned a {type(out).__name__}, "
+                                  "not a value", program=self.program_id, hint="did you forget await? "
+                                  "(@answer is called synchronously: compute the answer in a step)")
+        return out
+
+    def _failed(self, what: str, exc: Exception, step: str | None = None) -> StepFailedError:
+        """CT201 for user code other than a step body (certaindex, router, answer) that raised."""
+        last = step or (self.history[-1][0] if self.history else None)
+        return StepFailedError(f"{what} raised {type(exc).__name__}: {exc}", program=self.program_id, step=last)
 
     async def aclose(self) -> None:
         tasks = list(self._tasks)
@@ -172,7 +206,13 @@ class GraphProgram(Program):
         for b in g.branches:
             if b.source != step:
                 continue
-            out = b.router(self.state)
+            try:
+                out = b.router(self.state)
+            except CertaError:
+                raise
+            except Exception as exc:
+                raise self._failed(f"router {getattr(b.router, '__name__', 'router')!r} after {step!r}", exc,
+                                   step) from exc
             items = out if isinstance(out, (list, tuple)) else [out]
             sends = sum(isinstance(x, Send) for x in items)
             limit = self._ctx.max_fanout if self._ctx else None
@@ -261,3 +301,4 @@ class GraphProgram(Program):
             item = (asyncio.current_task(), spec.name, ctx.branch, None, exc)
         ctx.emit("step_end", ok=item[4] is None)
         self._done.put_nowait(item)
+

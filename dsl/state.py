@@ -17,12 +17,16 @@ Example:
 
 from __future__ import annotations
 
+import inspect
+import types
+import typing
 from collections.abc import Callable, Iterable
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationError
 
-from certa.dsl.errors import UnknownStateKeyError
+from certa.dsl.errors import InvalidUpdateError, UnknownStateKeyError
+from certa.runtime.errors import CertaError, StepFailedError
 
 
 class State(BaseModel):
@@ -90,18 +94,126 @@ def reducers_of(state_cls: type[BaseModel]) -> dict[str, Callable[[Any, Any], An
     return out
 
 
+class _FieldCheck:
+    """How one state field's new values are checked: ``exact`` types accepted as they are (the
+    fast path), ``items``: exact item types of a list field (new items only, for append/extend),
+    ``any``: no type to check (only awaitables are refused); anything else goes to pydantic."""
+
+    __slots__ = ("exact", "items", "any")
+
+    def __init__(self, annotation: Any, constrained: bool) -> None:
+        self.any = annotation in (Any, object) and not constrained
+        self.exact = frozenset() if constrained else _plain_types(annotation)
+        origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+        self.items = _plain_types(args[0]) if origin is list and len(args) == 1 and not constrained else frozenset()
+
+
+def _plain_types(annotation: Any) -> frozenset[type]:
+    """The classes an exact-type match may accept without pydantic: ``int``, ``str | None``, a model class."""
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        parts = [type(None) if a is None else a for a in typing.get_args(annotation)]
+    else:
+        parts = [type(None) if annotation is None else annotation]
+    if all(isinstance(a, type) and typing.get_origin(a) is None and not issubclass(a, (list, dict, set, tuple))
+           or a in (list, dict) for a in parts):
+        return frozenset(parts)
+    return frozenset()
+
+
+_CHECKS: dict[tuple[type, str], _FieldCheck] = {}
+
+
+def _check_of(cls: type[BaseModel], key: str) -> _FieldCheck:
+    check = _CHECKS.get((cls, key))
+    if check is None:
+        info, reducer = cls.model_fields[key], reducers_of(cls).get(key)
+        decorators = cls.__pydantic_decorators__
+        validated = any(key in d.info.fields or "*" in d.info.fields for d in decorators.field_validators.values())
+        constrained = validated or bool(decorators.model_validators) or any(m is not reducer for m in info.metadata)
+        check = _CHECKS[(cls, key)] = _FieldCheck(info.annotation, constrained)
+    return check
+
+
+def _awaitable_in(value: Any) -> Any:
+    """The first awaitable in ``value`` (or one level into a list/tuple/dict of it), else None."""
+    if inspect.isawaitable(value):
+        return value
+    inner = value.values() if isinstance(value, dict) else value if isinstance(value, (list, tuple, set)) else ()
+    return next((v for v in inner if inspect.isawaitable(v)), None)
+
+
+def _refuse_awaitable(found: Any, key: str, where: dict[str, Any]) -> InvalidUpdateError:
+    if inspect.iscoroutine(found):
+        found.close()  # never awaited: close it so no "never awaited" warning follows the error
+    return InvalidUpdateError(f"step set {key!r} to a {type(found).__name__} (an awaitable), not a value",
+                              hint="did you forget await? (e.g. `out = await ctx.gen(...)`)", **where)
+
+
+def _merge(r: Callable[[Any, Any], Any], old: Any, value: Any, key: str, program: str | None, step: str | None,
+           branch: int | None) -> Any:
+    try:
+        return r(old, value)
+    except CertaError:
+        raise
+    except Exception as exc:
+        name = getattr(r, "name", None) or getattr(r, "__name__", repr(r))
+        raise StepFailedError(f"reducer {name!r} of field {key!r} raised {type(exc).__name__}: {exc}",
+                              program=program, step=step, branch=branch) from exc
+
+
 def apply_update(state: BaseModel, update: dict[str, Any], reducers: dict[str, Callable[[Any, Any], Any]],
                  *, fields: Iterable[str] | None = None, program: str | None = None, step: str | None = None,
                  branch: int | None = None) -> None:
-    """Merge ``update`` into ``state`` in place, through reducers where declared."""
-    known = type(state).model_fields
+    """Merge ``update`` into ``state`` in place, through reducers where declared, validating each
+    new value against the field's type (pydantic; values of exactly the annotated type skip it).
+
+    Raises :class:`~certa.dsl.errors.InvalidUpdateError` (CT113) for a value that does not fit,
+    with the hint "did you forget await?" for an awaitable, and CT201 naming a reducer that raised.
+    """
+    cls = type(state)
+    known = cls.model_fields
     for key, value in update.items():
         if key not in known:
             raise UnknownStateKeyError(f"step returned key {key!r}, which the state has no field for",
                                        program=program, step=step, branch=branch,
                                        hint=f"state fields: {', '.join(known)}")
+        check = _check_of(cls, key)
         r = reducers.get(key)
-        object.__setattr__(state, key, r(getattr(state, key), value) if r is not None else value)
+        if r is None:
+            if type(value) in check.exact:
+                object.__setattr__(state, key, value)
+                continue
+        elif check.items and (r is append or r is extend):
+            items = _as_list(value) if r is append else value
+            if isinstance(items, (list, tuple)) and all(type(x) in check.items for x in items):
+                object.__setattr__(state, key, r(getattr(state, key), items))
+                continue
+        elif type(value) in check.exact:  # e.g. max_ over floats: merge, and check the merged value's type
+            new = _merge(r, getattr(state, key), value, key, program, step, branch)
+            if type(new) in check.exact:
+                object.__setattr__(state, key, new)
+                continue
+        where = {"program": program, "step": step, "branch": branch}
+        found = _awaitable_in(value)
+        if found is not None:
+            raise _refuse_awaitable(found, key, where)
+        new = value if r is None else _merge(r, getattr(state, key), value, key, program, step, branch)
+        if check.any or (type(new) in check.exact):
+            object.__setattr__(state, key, new)
+            continue
+        _validate_into(state, key, new, value, where)
+
+
+def _validate_into(state: BaseModel, key: str, new: Any, value: Any, where: dict[str, Any]) -> None:
+    """The slow path: pydantic validates (and coerces, as the model's constructor would) ``new``."""
+    try:
+        type(state).__pydantic_validator__.validate_assignment(state, key, new)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = ".".join(map(str, err["loc"]))
+        raise InvalidUpdateError(f"step set {loc or key!r} to {value!r:.80} ({type(value).__name__}): {err['msg']}",
+                                 hint=f"field {key!r} is {type(state).model_fields[key].annotation!r}",
+                                 **where) from None
 
 
 __all__ = ["Annotated", "Appended", "Extended", "Reducer", "State", "add", "append", "apply_update", "extend",

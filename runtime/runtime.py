@@ -126,8 +126,8 @@ class Runtime:
             if reason != "cancelled":
                 await self._cleanup(run)
         result = self._result(run, reason, error, time.perf_counter() - t0)
-        self.events.emit("exit", prog.program_id, reason=reason, tokens=prog.tokens.total,
-                         tokens_saved=result.tokens_saved, error=None if error is None else str(error))
+        self.events.emit("exit", prog.program_id, reason=result.exit_reason, tokens=prog.tokens.total,
+                         tokens_saved=result.tokens_saved, error=None if result.error is None else str(result.error))
         return result
 
     async def run_many(self, items: Iterable[Any], *, concurrency: int | None = None,
@@ -270,8 +270,13 @@ class Runtime:
                 saved = round(prog.tokens.total / max(prog.knob_value, 1) * (cap - prog.knob_value))
         try:
             answer = prog.answer()
-        except Exception:  # noqa: BLE001 - a broken answer() must not hide the run's own error
+        except Exception as exc:  # noqa: BLE001 - a broken answer() must not hide the run's own error
             answer = None
+            if error is None:  # ... but with none, it is the run's error (never a silent None answer)
+                error = exc if isinstance(exc, CertaError) else StepFailedError(
+                    f"answer() raised {type(exc).__name__}: {exc}", program=prog.program_id)
+                error.program = error.program or prog.program_id
+                reason = "error"
         return Result(program_id=prog.program_id, name=prog.display_name, answer=answer, state=prog.state,
                       certaindex=list(prog.trajectory), tokens=prog.tokens, knob_used=prog.knob_value,
                       knob_cap=prog.knob_cap, exit_reason=reason, tokens_saved=saved, wall_s=wall, error=error)

@@ -17,7 +17,7 @@ every 32 tokens, Qwen2.5 BPE counts), then per file:
 MATH-500 rows idx >= 300 are reserved: only idx < 300 are used. Writes
 ``docs/results/reasoning/<file>.json`` + ``.png`` and ``summary.json``. Not a timed test.
 
-    python benchmarks/reasoning_cot.py --src ../shared/data/reasoning --traces /tmp/certa-reasoning \\
+    python benchmarks/reasoning_cot.py --src ../shared/data/reasoning --traces data/traces/reasoning \\
         --out-dir docs/results/reasoning
 """
 
@@ -121,7 +121,7 @@ def dynasor_iso(rows: dict[str, Any], accuracy: float) -> float | None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--src", default="../shared/data/reasoning")
-    ap.add_argument("--traces", default="/tmp/certa-reasoning", help="where the imported traces go")
+    ap.add_argument("--traces", default="data/traces/reasoning", help="where the imported traces go (and are read from with --reuse)")
     ap.add_argument("--out-dir", default="docs/results/reasoning")
     ap.add_argument("--interval", type=int, default=TEXT_INTERVAL)
     ap.add_argument("--tolerance", type=float, default=0.01, help="accuracy loss allowed (0.01 = 1 pt)")

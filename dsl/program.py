@@ -292,8 +292,10 @@ class GraphProgram(Program):
         try:
             if spec.is_async:
                 out = await (spec.fn(self.state, ctx) if spec.takes_ctx else spec.fn(self.state))
-            else:
-                out = spec.fn(self.state, ctx) if spec.takes_ctx else spec.fn(self.state)
+            else:  # a plain def may block (time.sleep, CPU work): run it off the event loop so
+                # other programs keep progressing; on cancel the thread finishes in the background
+                out = await (asyncio.to_thread(spec.fn, self.state, ctx) if spec.takes_ctx
+                             else asyncio.to_thread(spec.fn, self.state))
             item = (asyncio.current_task(), spec.name, ctx.branch, out, None)
         except asyncio.CancelledError:
             raise

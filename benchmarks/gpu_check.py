@@ -98,7 +98,7 @@ async def sc_workload(backend: Any, n: int, max_tokens: int) -> dict[str, Any]:
     rt = Runtime(backend)
     qs = questions(n)
     t0 = time.perf_counter()
-    results = await asyncio.gather(*(rt.run(sc_program(max_tokens), question=q) for q, _ in qs))
+    results = await asyncio.gather(*(rt.run(sc_program(max_tokens), return_errors=True, question=q) for q, _ in qs))
     wall = time.perf_counter() - t0
     tokens = sum(r.tokens.total for r in results)
     return {"programs": n, "wall_s": round(wall, 3), "tokens": tokens, "throughput_tok_s": round(tokens / wall, 1),

@@ -87,7 +87,7 @@ async def live(problems, policy, args, journal: Path) -> list[dict]:
         for p in todo:
             before = backend.stats()["main"]
             t0 = time.perf_counter()
-            res = await rt.run(prog, question=p.question)
+            res = await rt.run(prog, return_errors=True, question=p.question)
             row = {"idx": p.idx, "main": res.tokens.main, "engine_main": backend.stats()["main"] - before,
                    "knob": res.knob_used, "exit": res.exit_reason, "answer": res.answer,
                    "correct": bool(res.answer) and grade(str(res.answer), p.gold, "gsm8k"),

@@ -105,7 +105,7 @@ async def online(b: LlamaCppBackend, args) -> list[dict]:
         await asyncio.sleep(max(0.0, at - (time.perf_counter() - t0)))
         start = time.perf_counter() - t0
         prog = SC(QUESTIONS[i % len(QUESTIONS)], args.budget, args.fanout, args.max_tokens)
-        res = await rt.run(prog)
+        res = await rt.run(prog, return_errors=True)
         rows.append({"pid": f"p{i}", "arrival": start, "finish": time.perf_counter() - t0,
                      "prompt_tokens": prog.state["prompt_tokens"], "samples": list(prog.state["samples"]),
                      "ok": res.ok})

@@ -273,7 +273,7 @@ async def run_dataset(target: Any, problems: list[Any], runtime: Runtime, *, con
 
     async def one(key: str, p: Any) -> None:
         async with sem:
-            result = await runtime.run(target, question=p.question)
+            result = await runtime.run(target, return_errors=True, question=p.question)
         correct = await in_daemon_thread(grade_row, p, result) if result.ok else False
         row = {"key": key, "dataset": p.dataset, "idx": p.idx, "gold": p.gold, "correct": correct,
                **result.summary(), "program_identity": identity}

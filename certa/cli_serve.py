@@ -32,6 +32,11 @@ class _ServeOptions(BaseModel):
     max_inflight: Optional[int] = Field(default=None, ge=1)
     max_request_seconds: Optional[float] = Field(default=None, gt=0, allow_inf_nan=False)
     shutdown_timeout: float = Field(ge=0)
+    header_timeout: float = Field(gt=0, allow_inf_nan=False)
+    body_timeout: float = Field(gt=0, allow_inf_nan=False)
+    keep_alive_timeout: float = Field(gt=0, allow_inf_nan=False)
+    max_connections: int = Field(ge=1)
+    max_header_bytes: int = Field(ge=1024)
     answer_format: str = Field(pattern="^(boxed|plain)$")
 
 
@@ -63,6 +68,13 @@ def serve(
                                       "repeatable; also $CERTA_API_KEY (comma-separated)"),
     api_key_file: Optional[str] = typer.Option(None, help="require one of the keys in this file (one a line)"),
     public_metrics: bool = typer.Option(False, help="serve /metrics without a key"),
+    header_timeout: float = typer.Option(10.0, help="seconds a connection has to send a request's head (also "
+                                         "the next one's, after a response); then it is closed"),
+    body_timeout: float = typer.Option(30.0, help="seconds a request has, after its head, to send its whole "
+                                       "body; then 408 (CT416) and the connection is closed"),
+    keep_alive_timeout: float = typer.Option(5.0, help="seconds an idle keep-alive connection stays open"),
+    max_connections: int = typer.Option(1024, help="open connections at once; past it requests get 503"),
+    max_header_bytes: int = typer.Option(64 << 10, help="largest request head in bytes (more: 400)"),
 ) -> None:
     """Serve reasoning programs behind an OpenAI-compatible API with certaindex early exit.
 
@@ -74,7 +86,10 @@ def serve(
         try:
             _ServeOptions(port=port, max_concurrent=max_concurrent, max_knob=max_knob, max_tokens=max_tokens,
                           max_inflight=max_inflight, max_request_seconds=max_request_seconds,
-                          shutdown_timeout=shutdown_timeout, answer_format=answer_format)
+                          shutdown_timeout=shutdown_timeout, answer_format=answer_format,
+                          header_timeout=header_timeout, body_timeout=body_timeout,
+                          keep_alive_timeout=keep_alive_timeout, max_connections=max_connections,
+                          max_header_bytes=max_header_bytes)
         except ValidationError as exc:
             err = exc.errors()[0]
             raise ConfigError(f"--{str(err['loc'][0]).replace('_', '-')}: {err['msg']}") from None
@@ -84,8 +99,11 @@ def serve(
         logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         console.print(f"serving [bold]{', '.join(server.models)}[/bold] on http://{host}:{port}/v1 with backend "
                       f"[bold]{type(server.runtime.backend).__name__}[/bold], scheduler [bold]{scheduler}[/bold]")
-        from certa.serve.launch import run, security_options
-        run(server, host, port, shutdown_timeout=shutdown_timeout, log_level=log_level,
+        from certa.serve.launch import ConnectionLimits, run, security_options
+        connections = ConnectionLimits(header_timeout_s=header_timeout, body_timeout_s=body_timeout,
+                                       keep_alive_s=keep_alive_timeout, max_connections=max_connections,
+                                       max_header_bytes=max_header_bytes)
+        run(server, host, port, shutdown_timeout=shutdown_timeout, log_level=log_level, connections=connections,
             **security_options(host, api_key, api_key_file, public_metrics, warn=console.print))
     except (CertaError, OSError) as exc:
         _fail(exc, debug)

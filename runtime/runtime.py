@@ -78,9 +78,20 @@ class Runtime:
     def active_programs(self) -> dict[str, Program]:
         return {pid: r.program for pid, r in self._active.items()}
 
-    async def run(self, program: Any, /, **inputs: Any) -> Result:
-        """Run ``program`` (a Program, a Program class, or a compiled graph) with ``inputs``."""
-        return await self._run(program, inputs, parent=None)
+    async def run(self, program: Any, /, *, return_errors: bool = False, **inputs: Any) -> Result:
+        """Run ``program`` (a Program, a Program class, or a compiled graph) with ``inputs``.
+
+        A program that ends with an error raises it: the coded :class:`CertaError` (bad inputs
+        CT300, a step's exception CT201, a limit CT205, ...) naming program, step and branch,
+        chained (``__cause__``) to the exception that caused it. ``return_errors=True`` returns
+        the :class:`Result` carrying it instead (``exit_reason="error"``, ``Result.error``): what
+        batch runs (``run_many``, datasets, the server) use so one failed problem does not stop
+        the rest. Cancellation always raises ``CancelledError``.
+        """
+        result = await self._run(program, inputs, parent=None)
+        if result.error is not None and not return_errors:
+            raise result.error from result.error.__cause__
+        return result
 
     async def _run(self, program: Any, inputs: dict[str, Any], *, parent: ProgramRun | None) -> Result:
         """Run a program; with ``parent`` as that program's sub-program (``Context.call``)."""
@@ -134,7 +145,9 @@ class Runtime:
                        on_result: Callable[[int, Result], None] | None = None) -> list[Result]:
         """Run many programs at once. ``items``: Programs or ``(program, inputs_dict)`` pairs.
 
-        Results come back in input order; a failing program yields a Result with ``error``.
+        Results come back in input order; a batch never raises for one program: a failing
+        program yields a Result with ``error`` (``run(..., return_errors=True)``) and the others
+        run on.
         """
         pairs = [(it, {}) if not isinstance(it, tuple) else it for it in items]
         limit = concurrency or self.limits.max_concurrent_programs
@@ -143,10 +156,10 @@ class Runtime:
 
         async def one(i: int, prog: Any, inputs: dict) -> None:
             if sem is None:
-                results[i] = await self.run(prog, **inputs)
+                results[i] = await self.run(prog, return_errors=True, **inputs)
             else:
                 async with sem:
-                    results[i] = await self.run(prog, **inputs)
+                    results[i] = await self.run(prog, return_errors=True, **inputs)
             if on_result is not None:
                 on_result(i, results[i])
 
@@ -164,11 +177,13 @@ class Runtime:
             raise
         return results  # type: ignore[return-value]
 
-    def run_sync(self, program: Any, /, **inputs: Any) -> Result:
-        """Blocking ``run`` that also works inside a running event loop (Jupyter)."""
-        return run_blocking(self.run(program, **inputs))
+    def run_sync(self, program: Any, /, *, return_errors: bool = False, **inputs: Any) -> Result:
+        """Blocking ``run`` that also works inside a running event loop (Jupyter); raises the
+        program's coded error unless ``return_errors=True`` (see :meth:`run`)."""
+        return run_blocking(self.run(program, return_errors=return_errors, **inputs))
 
     def run_many_sync(self, items: Iterable[Any], **kw: Any) -> list[Result]:
+        """Blocking :meth:`run_many` (a failing program yields a Result with ``error``)."""
         return run_blocking(self.run_many(items, **kw))
 
     async def close(self) -> None:
@@ -183,7 +198,11 @@ class Runtime:
                                   hint="pass the class or compiled graph instead")
             return program
         if isinstance(program, type) and issubclass(program, Program):
-            return program(**inputs)
+            try:
+                return program(**inputs)
+            except TypeError as exc:  # a missing or unknown input: coded, like a graph's CT300
+                raise ConfigError(f"bad inputs for program {program.__name__!r}: {exc}",
+                                  program=program.__name__) from exc
         new = getattr(program, "new", None)
         if callable(new):
             return new(**inputs)
@@ -275,6 +294,8 @@ class Runtime:
             if error is None:  # ... but with none, it is the run's error (never a silent None answer)
                 error = exc if isinstance(exc, CertaError) else StepFailedError(
                     f"answer() raised {type(exc).__name__}: {exc}", program=prog.program_id)
+                if error is not exc:
+                    error.__cause__ = exc
                 error.program = error.program or prog.program_id
                 reason = "error"
         return Result(program_id=prog.program_id, name=prog.display_name, answer=answer, state=prog.state,

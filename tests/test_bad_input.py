@@ -56,7 +56,7 @@ async def test_prompt_over_max_prompt_chars_is_refused_before_sending(call):
     rt = ct.Runtime(b, limits=RuntimeLimits(max_prompt_chars=100))
     assert (await rt.run(one_step(work), q="y" * 100)).ok
     n_sent = len(b.requests)
-    r = await rt.run(one_step(work), q="y" * 101)
+    r = await rt.run(one_step(work), q="y" * 101, return_errors=True)
     assert_limit_error(r)
     assert len(b.requests) == n_sent, "an oversized prompt must never reach the backend"
     big = await ct.Runtime(b, limits=RuntimeLimits(max_prompt_chars=None)).run(one_step(work), q="y" * 300_000)
@@ -68,7 +68,7 @@ async def test_default_limits_refuse_a_huge_prompt():
         await ctx.gen(s.q)
         return {}
 
-    r = await ct.Runtime(ct.ScriptedBackend(responses=["x"])).run(one_step(work), q="z" * 1_000_000)
+    r = await ct.Runtime(ct.ScriptedBackend(responses=["x"])).run(one_step(work), q="z" * 1_000_000, return_errors=True)
     assert_limit_error(r)
 
 
@@ -90,7 +90,7 @@ async def test_max_tokens_per_request_is_refused_for_gen_sequence_and_probe():
     b = ct.ScriptedBackend(responses=["a b c d e f g h i j"], probe=lambda t, s: "1}")
     rt = ct.Runtime(b, limits=RuntimeLimits(max_tokens_per_request=64))
     for body in (gen, seq, probe):
-        assert_limit_error(await rt.run(one_step(body), q="q"))
+        assert_limit_error(await rt.run(one_step(body), q="q", return_errors=True))
     ok = await ct.Runtime(b, limits=RuntimeLimits(max_tokens_per_request=65)).run(one_step(gen), q="q")
     assert ok.ok
 
@@ -106,7 +106,7 @@ async def test_fanout_over_max_fanout_is_refused():
     b = ct.ScriptedBackend(responses=["x"])
     rt = ct.Runtime(b, limits=RuntimeLimits(max_fanout=8))
     assert (await rt.run(program, q="12345678")).ok
-    r = await rt.run(program, q="123456789")
+    r = await rt.run(program, q="123456789", return_errors=True)
     assert not r.ok and r.error.code == "CT205" and r.error.step == "work" and "fanout 9" in str(r.error)
     assert (await ct.Runtime(b, limits=RuntimeLimits(max_fanout=None)).run(program, q="x" * 40)).ok
 
@@ -124,7 +124,7 @@ async def test_send_fanout_over_max_fanout_is_refused():
 
     g.branch("plan", lambda s: [ct.Send("work", i) for i in range(50)], destinations=["work"], max_fanout=100)
     r = await ct.Runtime(ct.ScriptedBackend(responses=["x"]), limits=RuntimeLimits(max_fanout=8)).run(
-        g.compile(), q="q")
+        g.compile(), q="q", return_errors=True)
     assert not r.ok and r.error.code == "CT205"
 
 

@@ -129,7 +129,7 @@ async def test_a_graph_calling_itself_stops_at_the_depth_limit_naming_the_chain(
     ids: list[str] = []
     rt.events.subscribe(lambda ev: ids.append(ev.program_id) if ev.kind == "program_start" else None)
     t0 = time.perf_counter()
-    result = await rt.run(self_calling())
+    result = await rt.run(self_calling(), return_errors=True)
     assert time.perf_counter() - t0 < 5
     err = result.error
     assert isinstance(err, CallDepthError) and err.code == "CT206" and result.exit_reason == "error"
@@ -146,7 +146,7 @@ async def test_a_bounded_recursion_within_the_limit_runs():
     backend = ct.ScriptedBackend(responses=["leaf"])
     rt = ct.Runtime(backend, limits=RuntimeLimits(max_call_depth=5))
     assert (await rt.run(self_calling(base_case=5))).answer == "leaf"
-    failed = await ct.Runtime(ct.ScriptedBackend(), limits=RuntimeLimits(max_call_depth=4)).run(self_calling(5))
+    failed = await ct.Runtime(ct.ScriptedBackend(), limits=RuntimeLimits(max_call_depth=4)).run(self_calling(5), return_errors=True)
     assert isinstance(failed.error, CallDepthError)
 
 
@@ -189,7 +189,7 @@ def endless() -> ct.CompiledGraph:
 async def test_a_loop_only_a_certaindex_bounds_stops_at_the_step_limit():
     backend = ct.ScriptedBackend()
     rt = ct.Runtime(backend, limits=RuntimeLimits(max_steps=300))
-    result = await rt.run(endless())
+    result = await rt.run(endless(), return_errors=True)
     err = result.error
     assert isinstance(err, StepLimitError) and err.code == "CT207"
     assert err.program == result.program_id and err.step == "think" and "300 steps" in err.message
@@ -200,7 +200,7 @@ async def test_a_loop_only_a_certaindex_bounds_stops_at_the_step_limit():
 async def test_the_step_limit_is_on_by_default():
     assert RuntimeLimits().max_steps == 10_000
     t0 = time.perf_counter()
-    result = await ct.Runtime(ct.ScriptedBackend()).run(endless())
+    result = await ct.Runtime(ct.ScriptedBackend()).run(endless(), return_errors=True)
     assert isinstance(result.error, StepLimitError) and result.state.n == 10_000
     assert time.perf_counter() - t0 < 60
 
@@ -225,7 +225,7 @@ async def test_a_backend_that_never_answers_times_out_and_is_aborted():
     backend = ct.ScriptedBackend(latency=1e6)  # never answers
     rt = ct.Runtime(backend, limits=RuntimeLimits(request_timeout=0.2))
     t0 = time.perf_counter()
-    result = await rt.run(one_gen())
+    result = await rt.run(one_gen(), return_errors=True)
     assert time.perf_counter() - t0 < 3
     err = result.error
     assert isinstance(err, RequestTimeoutError) and err.code == "CT208" and err.step == "ask"
@@ -238,13 +238,13 @@ async def test_timeouts_are_retried_only_when_asked_and_cover_sequences():
     backend = ct.ScriptedBackend(latency=1e6)
     rt = ct.Runtime(backend, limits=RuntimeLimits(request_timeout=0.1),
                     retry=RetryPolicy(max_attempts=3, base_delay=0.0, retry_timeouts=True))
-    result = await rt.run(one_gen())
+    result = await rt.run(one_gen(), return_errors=True)
     assert isinstance(result.error, RequestTimeoutError) and "gave up after 3 attempts" in result.error.message
     assert len(backend.requests) == 3
     assert_nothing_left(rt, backend)
     seq_backend = ct.ScriptedBackend(latency=1e6, probe=lambda text, suffix: "4")
     rt = ct.Runtime(seq_backend, limits=RuntimeLimits(request_timeout=0.1))
-    result = await rt.run(one_gen(seq=True))
+    result = await rt.run(one_gen(seq=True), return_errors=True)
     assert isinstance(result.error, RequestTimeoutError)
     assert_nothing_left(rt, seq_backend)
 
@@ -292,6 +292,7 @@ def test_the_timeout_holds_across_event_loops():
     rt = ct.Runtime(backend, limits=RuntimeLimits(request_timeout=0.1))
     for _ in range(2):
         t0 = time.perf_counter()
-        assert isinstance(rt.run_sync(one_gen()).error, RequestTimeoutError)
+        with pytest.raises(RequestTimeoutError):   # raised by default
+            rt.run_sync(one_gen())
         assert time.perf_counter() - t0 < 2
     assert rt._deadlines.live == 0

@@ -163,9 +163,9 @@ def test_ct106_unknown_key_at_runtime_names_step_and_branch():
     async def a(s, ctx):
         return {"nope": 1}
 
-    r = ct.Runtime(backend=ct.ScriptedBackend(responses=["x"])).run_sync(g.compile())
-    assert isinstance(r.error, E.UnknownStateKeyError)
-    assert r.error.step == "a" and r.error.branch in (0, 1) and r.error.program.startswith("g-")
+    with pytest.raises(E.UnknownStateKeyError) as e:
+        ct.Runtime(backend=ct.ScriptedBackend(responses=["x"])).run_sync(g.compile())
+    assert e.value.step == "a" and e.value.branch in (0, 1) and e.value.program.startswith("g-")
 
 
 def test_ct107_invalid_graphs():
@@ -219,7 +219,8 @@ class W(ct.State):
 
 
 def run(compiled, **inputs):
-    return ct.Runtime(ct.ScriptedBackend(responses=lambda r: f"b{r.branch}")).run_sync(compiled, **inputs)
+    return ct.Runtime(ct.ScriptedBackend(responses=lambda r: f"b{r.branch}")).run_sync(compiled, return_errors=True,
+                                                                                       **inputs)
 
 
 def test_ct108_fanout_branches_writing_a_field_without_reducer():

@@ -103,7 +103,7 @@ async def test_mid_stream_disconnect_aborts_the_rid_and_names_the_branch():
     inner = ct.ScriptedBackend(responses=respond, latency=5.0)  # the engine would hold the rid for 5 s
     fb = FaultyBackend(inner, rate=1.0, kinds=["disconnect"], mid_s=0.01)
     rt = ct.Runtime(fb, retry=RetryPolicy(max_attempts=2, base_delay=0.001))
-    r = await asyncio.wait_for(rt.run(make_sc(cap=2, fanout=2), question="split-1"), 2.0)
+    r = await asyncio.wait_for(rt.run(make_sc(cap=2, fanout=2), question="split-1", return_errors=True), 2.0)
     assert not r.ok and r.exit_reason == "error"
     err = r.error
     assert isinstance(err, BackendError) and err.code == "CT203"
@@ -124,7 +124,7 @@ async def test_engine_side_abort_is_retried_not_returned_as_an_answer():
 async def test_non_retryable_fault_is_not_retried():
     inner = ct.ScriptedBackend(responses=respond)
     fb = FaultyBackend(inner, rate=1.0, kinds=["fatal"])
-    r = await ct.Runtime(fb, retry=FAST_RETRY).run(make_sc(cap=1, fanout=1), question="agree-1")
+    r = await ct.Runtime(fb, retry=FAST_RETRY).run(make_sc(cap=1, fanout=1), question="agree-1", return_errors=True)
     assert r.error is not None and r.error.code == "CT203" and "refused" in str(r.error)
     assert "gave up" not in str(r.error)
     assert fb.stats()["requests"] == 1 and inner.requests == []
@@ -132,7 +132,7 @@ async def test_non_retryable_fault_is_not_retried():
 
 async def test_retries_are_bounded_with_fresh_rids():
     fb = FaultyBackend(ct.ScriptedBackend(responses=respond), rate=1.0, kinds=["error_before"])
-    r = await ct.Runtime(fb, retry=FAST_RETRY).run(make_sc(cap=1, fanout=1), question="agree-1")
+    r = await ct.Runtime(fb, retry=FAST_RETRY).run(make_sc(cap=1, fanout=1), question="agree-1", return_errors=True)
     assert not r.ok and "gave up after 4 attempts" in str(r.error)
     rids = [f.rid for f in fb.log]
     assert len(rids) == 4 and len(set(rids)) == 4

@@ -9,6 +9,7 @@ import pytest
 
 import certa as ct
 from certa.runtime.backends.testing.scripted import words
+from certa.runtime.errors import CertaindexRangeError, ConfigError
 
 from .conftest import SC, make_sc
 
@@ -177,13 +178,17 @@ async def test_certaindex_out_of_range_is_an_error():
         return 1.5
 
     g.loop("s1")
-    r = await ct.Runtime().run(g.compile())
-    assert r.error is not None and r.error.code == "CT202"
+    with pytest.raises(CertaindexRangeError) as e:
+        await ct.Runtime().run(g.compile())
+    assert e.value.code == "CT202" and e.value.step == "broken" and e.value.program.startswith("bad-")
 
 
 async def test_bad_inputs_are_config_errors():
-    r = await ct.Runtime().run(make_sc(), wrong="x")
-    assert r.error is not None and r.error.code == "CT300" and "question" in str(r.error)
+    with pytest.raises(ConfigError) as e:   # a missing input raises by default
+        await ct.Runtime().run(make_sc(), wrong="x")
+    assert e.value.code == "CT300" and "question" in str(e.value) and e.value.program.startswith("sc")
+    r = await ct.Runtime().run(make_sc(), wrong="x", return_errors=True)   # the option: a Result
+    assert r.exit_reason == "error" and r.error.code == "CT300" and "question" in str(r.error)
 
 
 async def test_cancelling_run_aborts_everything():

@@ -1,13 +1,16 @@
 """Request bodies and connections of ``certa serve`` (issue 20, item 5), over raw loopback
 sockets: a chunked body is refused once it passes 4 MiB (not read whole first); half-sent
-headers, idle keep-alive connections and oversized heads are cut off; past the connection
-cap new requests get 503. Every loop here is bounded."""
+headers, idle keep-alive connections, oversized heads and bodies that stop or dribble are cut
+off (nothing left running); past the connection cap new requests get 503. Every loop here is
+bounded."""
 
 from __future__ import annotations
 
+import logging
 import select
 import socket
 import time
+from collections.abc import Callable
 
 import pytest
 
@@ -58,6 +61,22 @@ def closed_within(s: socket.socket, seconds: float) -> float | None:
         return None
     except ConnectionResetError:
         return time.monotonic() - t0
+
+
+def until(cond: Callable[[], bool], seconds: float = 5.0) -> bool:
+    """Poll ``cond`` (a server-side count) until it holds or ``seconds`` pass."""
+    end = time.monotonic() + seconds
+    while not cond():
+        if time.monotonic() > end:
+            return False
+        time.sleep(0.005)
+    return True
+
+
+def nothing_left(bg, srv: Server) -> bool:
+    """No connection, no ASGI task and no program left on the server."""
+    state = bg._uv.server_state
+    return until(lambda: not state.connections and not state.tasks and srv.running == 0)
 
 
 def test_chunked_body_over_the_limit_is_refused_while_it_streams():
@@ -143,14 +162,14 @@ def test_idle_keep_alive_connection_is_closed():
 def test_connection_cap_gives_503_then_recovers():
     with start_background(server(), connections=ConnectionLimits(max_connections=4, header_timeout_s=30)) as bg:
         held = [connect(bg) for _ in range(4)]
-        time.sleep(0.2)
+        assert until(lambda: len(bg._uv.server_state.connections) == 4)
         s = connect(bg)
         s.sendall(b"GET /health HTTP/1.1\r\nHost: t\r\n\r\n")
         assert read_response(s).startswith(b"HTTP/1.1 503")
         s.close()
         for h in held:
             h.close()
-        time.sleep(0.2)
+        assert until(lambda: not bg._uv.server_state.connections)
         s = connect(bg)
         s.sendall(b"GET /health HTTP/1.1\r\nHost: t\r\n\r\n")
         assert read_response(s).startswith(b"HTTP/1.1 200")
@@ -178,3 +197,109 @@ def test_limits_are_checked():
         ConnectionLimits(header_timeout_s=0)
     with pytest.raises(ConfigError, match="max_connections"):
         ConnectionLimits(max_connections=float("inf"))
+
+
+def test_the_connection_cap_serves_exactly_max_connections():
+    """uvicorn counts the asking connection too: ``max_connections=N`` must serve N at once."""
+    with start_background(server(), connections=ConnectionLimits(max_connections=2, header_timeout_s=30)) as bg:
+        held = connect(bg)
+        assert until(lambda: len(bg._uv.server_state.connections) == 1)
+        s = connect(bg)
+        s.sendall(b"GET /health HTTP/1.1\r\nHost: t\r\n\r\n")
+        assert read_response(s).startswith(b"HTTP/1.1 200")  # the 2nd of 2 is served
+        third = connect(bg)
+        assert until(lambda: len(bg._uv.server_state.connections) == 3)
+        third.sendall(b"GET /health HTTP/1.1\r\nHost: t\r\n\r\n")
+        assert read_response(third).startswith(b"HTTP/1.1 503")
+        for c in (held, s, third):
+            c.close()
+
+
+def read_to_close(s: socket.socket, seconds: float = 5.0) -> tuple[bytes, float | None]:
+    """Everything the server sends until it closes ``s``, and how long that took (None: not closed)."""
+    out, t0 = b"", time.monotonic()
+    s.settimeout(seconds)
+    try:
+        while data := s.recv(65536):
+            out += data
+    except socket.timeout:
+        return out, None
+    except ConnectionResetError:
+        pass
+    return out, time.monotonic() - t0
+
+
+HEAD = (b"POST /v1/chat/completions HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
+        b"Content-Length: %d\r\n\r\n")
+
+
+def test_a_body_that_stops_midway_gets_408_and_nothing_is_left():
+    srv = server()
+    with start_background(srv, connections=ConnectionLimits(body_timeout_s=0.5, header_timeout_s=30)) as bg:
+        s = connect(bg)
+        s.sendall(HEAD % 200 + b'{"model": "sc", "mess')  # then nothing: the rest never comes
+        answer, took = read_to_close(s)
+        s.close()
+        assert took is not None, "a half-sent body held its connection"
+        assert answer.startswith(b"HTTP/1.1 408"), answer[:200]
+        assert b'"code":"CT416"' in answer and b"connection: close" in answer.lower()
+        assert 0.4 < took < 3.0
+        assert nothing_left(bg, srv), (bg._uv.server_state.tasks, srv.running)
+        assert srv.stats.rejections["body_timeout"] == 1 and srv.stats.started == 0
+
+
+def test_a_dribbled_body_is_cut_off_at_the_body_timeout():
+    """One byte every 50 ms keeps every read short, but the whole body must arrive in time."""
+    srv = server()
+    with start_background(srv, connections=ConnectionLimits(body_timeout_s=0.5, header_timeout_s=30)) as bg:
+        s = connect(bg)
+        s.sendall(HEAD % 10_000)
+        t0, cut = time.monotonic(), None
+        while time.monotonic() - t0 < 5.0:
+            if select.select([s], [], [], 0.05)[0]:  # the server answered or closed
+                cut = time.monotonic() - t0
+                break
+            try:
+                s.sendall(b" ")
+            except OSError:
+                cut = time.monotonic() - t0
+                break
+        answer, _ = read_to_close(s)
+        s.close()
+        assert cut is not None and 0.4 < cut < 3.0, cut
+        assert answer == b"" or answer.startswith(b"HTTP/1.1 408"), answer[:200]
+        assert nothing_left(bg, srv)
+
+
+def test_a_slow_body_within_the_timeout_is_served():
+    srv = server()
+    body = b'{"model": "sc", "messages": [{"role": "user", "content": "2+2?"}]}'
+    with start_background(srv, connections=ConnectionLimits(body_timeout_s=10, header_timeout_s=30)) as bg:
+        s = connect(bg)
+        s.sendall(HEAD % len(body))
+        for i in range(0, len(body), 16):  # in pieces, each sent after the server has read the last
+            s.sendall(body[i:i + 16])
+        answer = read_response(s)
+        s.close()
+        assert answer.startswith(b"HTTP/1.1 200"), answer[:200]
+
+
+def test_a_client_gone_mid_body_leaves_nothing_and_logs_no_error(caplog):
+    srv = server()
+    with caplog.at_level(logging.INFO), start_background(srv, connections=ConnectionLimits(header_timeout_s=30)) as bg:
+        s = connect(bg)
+        s.sendall(HEAD % 200 + b'{"model"')
+        assert until(lambda: len(bg._uv.server_state.tasks) == 1)  # the handler is reading the body
+        s.close()
+        assert nothing_left(bg, srv)
+        assert until(lambda: srv.stats.rejections["disconnected"] == 1)
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert not errors, [r.getMessage() for r in errors]
+
+
+def test_body_timeout_is_checked_and_defaults_to_30_s():
+    assert ConnectionLimits().body_timeout_s == 30.0
+    with pytest.raises(ConfigError, match="body_timeout_s"):
+        ConnectionLimits(body_timeout_s=0)
+    with pytest.raises(ConfigError, match="max_connections"):
+        ConnectionLimits(max_connections=2.5)

@@ -283,7 +283,7 @@ async def test_priority_sent_to_a_server_without_priority_scheduling_is_a_config
             await ctx.gen("q", max_tokens=2)
             return False
 
-    res = await rt.Runtime(b).run(One)  # through the runtime: the program fails once, not retried
+    res = await rt.Runtime(b).run(One, return_errors=True)  # through the runtime: the program fails once, not retried
     assert not res.ok and "CT300" in str(res.error) and len(srv.core.received) == 2
     eng = FakeEngine(FakeSGLangConfig(abort_on_priority_when_disabled=True, **FAST))
     with pytest.raises(ConfigError, match="--enable-priority-scheduling"):

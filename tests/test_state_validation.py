@@ -27,7 +27,7 @@ def _run(g: ct.Graph, **inputs: Any) -> ct.Result:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", E.CompileWarning)
         program = g.compile()
-    return ct.Runtime(ct.ScriptedBackend()).run_sync(program, **inputs)
+    return ct.Runtime(ct.ScriptedBackend()).run_sync(program, return_errors=True, **inputs)
 
 
 def test_wrong_typed_update_is_a_coded_error_naming_program_and_step():

@@ -73,7 +73,7 @@ def test_a_sync_step_exception_is_the_same_coded_error_as_before():
     def work(s):
         raise ValueError("bad input")
 
-    r = ct.Runtime(ct.ScriptedBackend()).run_sync(g.compile())
+    r = ct.Runtime(ct.ScriptedBackend()).run_sync(g.compile(), return_errors=True)
     assert isinstance(r.error, StepFailedError) and r.error.code == StepFailedError.code
     assert r.error.step == "work" and "ValueError: bad input" in str(r.error)
     assert isinstance(r.error.__cause__, ValueError)
@@ -86,7 +86,7 @@ def test_a_certa_error_from_a_sync_step_keeps_its_type_and_is_named():
     def work(s):
         raise ConfigError("no such thing")
 
-    r = ct.Runtime(ct.ScriptedBackend()).run_sync(g.compile())
+    r = ct.Runtime(ct.ScriptedBackend()).run_sync(g.compile(), return_errors=True)
     assert isinstance(r.error, ConfigError) and r.error.step == "work"
 
 
@@ -97,7 +97,7 @@ def test_a_sync_step_returning_a_non_dict_is_still_rejected():
     def work(s):
         return "oops"
 
-    r = ct.Runtime(ct.ScriptedBackend()).run_sync(g.compile())
+    r = ct.Runtime(ct.ScriptedBackend()).run_sync(g.compile(), return_errors=True)
     assert isinstance(r.error, StepFailedError) and "expected a dict" in str(r.error)
 
 

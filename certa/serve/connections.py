@@ -1,13 +1,15 @@
-"""Connection limits of ``certa serve``: header and idle timeouts, a header-size cap, a connection cap.
+"""Connection limits of ``certa serve``: header, body and idle timeouts, a header-size cap, a connection cap.
 
 uvicorn times out idle keep-alive connections but waits forever for a request's headers, so
 a client that sends half a request line holds its connection (and a file descriptor) for
 good. :class:`ConnectionLimits` turns on what uvicorn has (``timeout_keep_alive``,
 ``limit_concurrency``, ``h11_max_incomplete_event_size``) and adds a header timeout: a
 connection whose request headers are not complete ``header_timeout_s`` after it opened (or
-after its previous response) is closed. Past ``max_connections`` open connections new
-requests get a 503. The request *body* limit (4 MiB) is enforced while it streams in, by the
-app (:func:`certa.serve.http.create_app`, ``max_body_bytes``).
+after its previous response) is closed. ``max_connections`` open connections are served; a
+request on one more gets a 503. The request *body* is the app's (:func:`certa.serve.http.create_app`): its
+size limit (4 MiB, ``max_body_bytes``) is enforced while it streams in, and a body not complete
+``body_timeout_s`` after its head (a client that dribbles it, or stops mid-body) gets a 408 and
+the connection closes. ``certa serve`` sets all of these with flags (``docs/serve.md``).
 
 Example:
     >>> limits = ConnectionLimits(header_timeout_s=5)
@@ -28,25 +30,34 @@ __all__ = ["ConnectionLimits"]
 
 @dataclass(frozen=True)
 class ConnectionLimits:
-    """``header_timeout_s``: seconds to send a request's headers; ``keep_alive_s``: an idle
-    connection's life between requests; ``max_connections``: open connections (and requests)
-    at once, more get 503; ``max_header_bytes``: the largest request head (more: 400)."""
+    """``header_timeout_s``: seconds to send a request's headers; ``body_timeout_s``: seconds,
+    after the head, to send the whole body (else 408, the app's ``body_timeout_s``);
+    ``keep_alive_s``: an idle connection's life between requests; ``max_connections``: open
+    connections (and requests) at once, more get 503; ``max_header_bytes``: the largest
+    request head (more: 400)."""
 
     header_timeout_s: float = 10.0
     keep_alive_s: float = 5.0
     max_connections: int = 1024
     max_header_bytes: int = 64 << 10
+    body_timeout_s: float = 30.0
 
     def __post_init__(self) -> None:
-        for name in ("header_timeout_s", "keep_alive_s", "max_connections", "max_header_bytes"):
+        for name in ("header_timeout_s", "keep_alive_s", "max_connections", "max_header_bytes", "body_timeout_s"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0 or v == float("inf"):
                 raise ConfigError(f"ConnectionLimits.{name} must be a positive finite number, not {v!r}")
+        for name in ("max_connections", "max_header_bytes"):
+            if not isinstance(getattr(self, name), int):
+                raise ConfigError(f"ConnectionLimits.{name} must be a whole number, not {getattr(self, name)!r}")
 
     def uvicorn_options(self) -> dict[str, Any]:
         """Keyword arguments for ``uvicorn.Config``."""
+        # uvicorn counts the connection asking too (``len(connections) >= limit`` gives 503), so its
+        # limit is one over ours: max_connections connections are served, the next one gets a 503
         return {"http": _protocol(self.header_timeout_s), "timeout_keep_alive": self.keep_alive_s,
-                "limit_concurrency": self.max_connections, "h11_max_incomplete_event_size": self.max_header_bytes}
+                "limit_concurrency": self.max_connections + 1,
+                "h11_max_incomplete_event_size": self.max_header_bytes}
 
 
 def _protocol(header_timeout_s: float) -> type:

@@ -18,8 +18,8 @@ from __future__ import annotations
 from certa.dsl.errors import CompileError
 from certa.runtime.errors import BackendError, CertaError, ConfigError, LimitExceededError, RuntimeFailure
 
-__all__ = ["BadRequestError", "ServerBusyError", "ShuttingDownError", "TimeLimitError", "UnauthorizedError",
-           "UnknownModelError", "error_type", "http_status"]
+__all__ = ["BadRequestError", "BodyTimeoutError", "ServerBusyError", "ShuttingDownError", "TimeLimitError",
+           "UnauthorizedError", "UnknownModelError", "error_type", "http_status"]
 
 
 class BadRequestError(ConfigError):
@@ -30,6 +30,13 @@ class BadRequestError(ConfigError):
     def __init__(self, message: str, *, param: str | None = None, **where) -> None:
         self.param = param
         super().__init__(message, **where)
+
+
+class BodyTimeoutError(BadRequestError):
+    """The request body did not arrive in full within the server's body timeout
+    (``--body-timeout``) after its head: HTTP 408, and the connection is closed."""
+
+    code, name = "CT416", "body-timeout"
 
 
 class ServerBusyError(LimitExceededError):
@@ -71,6 +78,7 @@ class TimeLimitError(LimitExceededError):
 _STATUS: tuple[tuple[type[CertaError], int, str], ...] = (
     (UnknownModelError, 404, "invalid_request_error"),
     (UnauthorizedError, 401, "invalid_request_error"),
+    (BodyTimeoutError, 408, "invalid_request_error"),
     (ServerBusyError, 429, "rate_limit_error"),
     (ShuttingDownError, 503, "server_error"),
     (LimitExceededError, 400, "invalid_request_error"),

@@ -3,7 +3,9 @@
 Routes: ``POST /v1/chat/completions``, ``POST /v1/completions``, ``GET /v1/models``
 (``/v1/models/{id}``), ``GET /health``, ``GET /metrics`` (Prometheus text). Every response
 carries ``X-Request-Id`` (the client's, if it sent a sane one). Errors use OpenAI's shape
-``{"error": {"message", "type", "param", "code"}}`` with certa's error code. A client that
+``{"error": {"message", "type", "param", "code"}}`` with certa's error code. A request body
+must arrive within ``body_timeout_s`` of the handler starting to read it (a client that dribbles
+it or stops mid-body gets a 408, CT416, and its connection is closed). A client that
 disconnects — mid-stream or while waiting for a plain response — aborts its program and
 every backend request the program has in flight. The app holds no state of its own: build
 one per Server with :func:`create_app`.
@@ -29,7 +31,7 @@ from typing import Any
 
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -37,7 +39,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from certa.runtime.errors import CertaError
 
 from certa.serve.completion import Completion, Heartbeat, Progress
-from certa.serve.errors import BadRequestError, error_type, http_status
+from certa.serve.errors import BadRequestError, BodyTimeoutError, error_type, http_status
 from certa.serve.format import DONE, KEEPALIVE, Formatter, error_body, log_safe, sse
 from certa.serve.schemas import ChatRequest, CompletionRequest, parse_request
 from certa.serve.server import Server
@@ -52,13 +54,15 @@ _SSE_HEADERS = [(b"content-type", b"text/event-stream; charset=utf-8"), (b"cache
 
 
 def create_app(server: Server, *, shutdown_timeout: float = 30.0, heartbeat_s: float = 15.0,
-               max_body_bytes: int = 4 << 20, api_keys: Sequence[str] = (),
+               max_body_bytes: int = 4 << 20, body_timeout_s: float | None = 30.0, api_keys: Sequence[str] = (),
                public_metrics: bool = False) -> Starlette:
     """The ASGI app for ``server``. On shutdown it lets running programs finish for up to
     ``shutdown_timeout`` seconds, then aborts them; ``heartbeat_s``: SSE keep-alive comments.
+    ``max_body_bytes``/``body_timeout_s``: a request body's size and the seconds it may take to
+    arrive (``None``: no limit on time; over either, the request is refused).
     ``api_keys``: if any, every route but ``/health`` (and ``/metrics`` when
     ``public_metrics``) needs ``Authorization: Bearer KEY`` (see :mod:`certa.serve.auth`)."""
-    api = _Api(server, heartbeat_s, max_body_bytes)
+    api = _Api(server, heartbeat_s, max_body_bytes, body_timeout_s)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette):
@@ -111,6 +115,8 @@ def _error(exc: BaseException, request_id: str) -> JSONResponse:
         body = error_body(f"internal error ({type(exc).__name__}); request id {request_id}", "server_error", None)
         log.error("request_id=%s status=500 internal error", request_id, exc_info=exc)
     headers = {"Retry-After": str(exc.retry_after_s)} if hasattr(exc, "retry_after_s") else None
+    if isinstance(exc, BodyTimeoutError):
+        headers = {"Connection": "close"}  # the rest of the body is not waited for: the connection ends
     return JSONResponse(body, status_code=status, headers=headers)
 
 
@@ -121,6 +127,24 @@ def _check_unicode(data: Any) -> None:
         json.dumps(data, ensure_ascii=False).encode("utf-8")
     except UnicodeEncodeError:
         raise BadRequestError("the request has a lone surrogate (\\ud800-\\udfff): not valid Unicode text") from None
+
+
+async def _within(work: Awaitable[Any], seconds: float | None, overdue: Callable[[], Exception]) -> Any:
+    """``await work``, but raise ``overdue()`` if it takes over ``seconds`` (``None``: no limit).
+    Not ``asyncio.wait_for``/``asyncio.timeout``: the first can swallow a cancel on 3.10/3.11
+    and the second is 3.11+; a cancel of the caller cancels ``work`` too."""
+    if seconds is None:
+        return await work
+    task = asyncio.ensure_future(work)
+    try:
+        await asyncio.wait({task}, timeout=seconds)
+    finally:
+        if not task.done():
+            task.cancel()
+    if not task.done() or task.cancelled():
+        await asyncio.gather(task, return_exceptions=True)
+        raise overdue()
+    return task.result()
 
 
 async def _disconnected(receive: Receive) -> None:
@@ -145,8 +169,9 @@ async def _race_disconnect(work: asyncio.Future, receive: Receive, *,
 
 
 class _Api:
-    def __init__(self, server: Server, heartbeat_s: float, max_body_bytes: int) -> None:
+    def __init__(self, server: Server, heartbeat_s: float, max_body_bytes: int, body_timeout_s: float | None) -> None:
         self.server, self.heartbeat_s, self.max_body_bytes = server, heartbeat_s, max_body_bytes
+        self.body_timeout_s = body_timeout_s
 
     async def chat(self, request: Request) -> Any:
         return await self._handle(request, ChatRequest, "chat")
@@ -160,7 +185,9 @@ class _Api:
             declared = request.headers.get("content-length", "")
             if declared.isdigit() and int(declared) > self.max_body_bytes:  # refuse before reading it
                 raise BadRequestError(f"the request body has {declared} bytes, over the limit of {self.max_body_bytes}")
-            body = await self._read_body(request)
+            body = await _within(self._read_body(request), self.body_timeout_s, lambda: BodyTimeoutError(
+                f"the request body did not arrive within {self.body_timeout_s:g} s of its head (the server's "
+                "body timeout)"))
             try:
                 data = json.loads(body)
             except (ValueError, RecursionError):
@@ -168,8 +195,12 @@ class _Api:
             _check_unicode(data)
             req = parse_request(schema, data)
             question = req.question()
+        except ClientDisconnect:  # gone mid-body: nothing to answer, nothing started
+            self.server.stats.rejected("disconnected")
+            log.info("request_id=%s client disconnected before its request body arrived", rid)
+            return Response(status_code=499)  # never sent: the connection is closed
         except Exception as exc:  # noqa: BLE001 - refused before the server saw it: count it here
-            self.server.stats.rejected("bad_request")
+            self.server.stats.rejected("body_timeout" if isinstance(exc, BodyTimeoutError) else "bad_request")
             return _error(exc, rid)
         try:
             opts = {"model": req.model, "request_id": rid, "max_tokens": req.budget(), "seed": req.seed,

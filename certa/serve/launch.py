@@ -64,13 +64,15 @@ def _uvicorn_server(server: Server, *, shutdown_timeout: float, log_level: str, 
                     connections: ConnectionLimits | None = None, **app_options: Any) -> Any:
     """A uvicorn server whose shutdown first drains the certa Server: listeners close, running
     programs get ``shutdown_timeout`` seconds, the rest are aborted (their clients get a 503 or an
-    in-stream error), and only then does uvicorn wait for connections and run the app's shutdown."""
+    in-stream error), and only then does uvicorn wait for connections and run the app's shutdown.
+    ``connections`` (default :class:`ConnectionLimits`) sets uvicorn's limits and the app's body timeout."""
     uvicorn = _uvicorn()
     from certa.serve.http import create_app
-    app = create_app(server, shutdown_timeout=0, **app_options)
+    limits = connections or ConnectionLimits()
+    app = create_app(server, shutdown_timeout=0, body_timeout_s=limits.body_timeout_s, **app_options)
     config = uvicorn.Config(app, log_level=log_level, access_log=access_log, lifespan="on",
                             timeout_graceful_shutdown=5.0,  # after the drain only responses are left to send
-                            **(connections or ConnectionLimits()).uvicorn_options())
+                            **limits.uvicorn_options())
 
     class _Draining(uvicorn.Server):
         async def shutdown(self, sockets: Any = None) -> None:
@@ -85,7 +87,9 @@ def _uvicorn_server(server: Server, *, shutdown_timeout: float, log_level: str, 
 def run(server: Server, host: str = "127.0.0.1", port: int = 8000, *, shutdown_timeout: float = 30.0,
         log_level: str = "info", access_log: bool = False, **app_options: Any) -> None:
     """Serve until SIGINT/SIGTERM, then shut down gracefully: running programs get
-    ``shutdown_timeout`` seconds to finish, the rest are aborted, then the backend is closed."""
+    ``shutdown_timeout`` seconds to finish, the rest are aborted, then the backend is closed.
+    ``connections=ConnectionLimits(...)`` sets the timeouts and caps (``certa serve``'s flags);
+    other ``app_options`` go to :func:`certa.serve.http.create_app`."""
     uv = _uvicorn_server(server, shutdown_timeout=shutdown_timeout, log_level=log_level, access_log=access_log,
                          **app_options)
     uv.config.host, uv.config.port = host, port

@@ -274,7 +274,7 @@ class Server:
         """Run one request's program, aborting it at ``max_request_s`` (a Result with a CT415 error)."""
         limit = self.max_request_s
         if limit is None:
-            return await self.runtime.run(program)
+            return await self.runtime.run(program, return_errors=True)
         task = asyncio.current_task()
         assert task is not None
         expired = False
@@ -286,7 +286,7 @@ class Server:
 
         timer = asyncio.get_running_loop().call_later(limit, expire)
         try:
-            return await self.runtime.run(program)
+            return await self.runtime.run(program, return_errors=True)
         except asyncio.CancelledError:
             uncancel = getattr(task, "uncancel", None)  # Python >= 3.11: was it only our cancel?
             if not expired or (uncancel is not None and uncancel() > 0):

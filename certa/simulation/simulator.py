@@ -138,7 +138,7 @@ async def _serve(specs: list[ProgramSpec], pol: SchedulingPolicy, backend: SimBa
         loop.call_at(spec.arrival, arrived.set_result, None)
         await arrived
         prog = make_program(spec, cfg, early_exit)
-        res = await rt.run(prog)
+        res = await rt.run(prog, return_errors=True)
         records.append(_record(spec, prog, res, loop.time(), backend))
 
     await asyncio.gather(*(one(s) for s in specs))

@@ -301,6 +301,6 @@ class GraphProgram(Program):
             raise
         except Exception as exc:  # delivered to execute(), which names program/step/branch
             item = (asyncio.current_task(), spec.name, ctx.branch, None, exc)
-        ctx.emit("step_end", ok=item[4] is None)
+        ctx.emit("step_end", ok=item[4] is None, update=out if item[4] is None and isinstance(out, dict) else None)
         self._done.put_nowait(item)
 

@@ -2,17 +2,20 @@
 
 Every request gets a unique rid ``{program}:{step}:{branch}:{n}``, goes through the
 scheduler, is counted per program and kind, and is aborted on the backend if the awaiting
-task is cancelled (early exit, Ctrl-C, client disconnect).
+task is cancelled (early exit, Ctrl-C, client disconnect). ``ctx.gen(..., stream=True)``
+streams the text as it is decoded (:mod:`certa.runtime.token_stream`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import itertools
-from typing import TYPE_CHECKING, Any
+from collections.abc import Coroutine
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 from certa.runtime.backends.base import probe_kwargs
 from certa.runtime.errors import BackendError, CertaError, LimitExceededError
+from certa.runtime.token_stream import TokenStream, token_emitter, tokens_wanted
 from certa.runtime.types import GenRequest, GenResult, ScoreRequest, ScoreResult, TokenKind
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -75,13 +78,36 @@ class Context:
                           kind=kind, logprobs=logprobs, chat=chat,
                           prefix_hint=prefix_hint if prefix_hint is not None else self.program_id)
 
-    async def gen(self, prompt: str, *, max_tokens: int = 256, temperature: float = 0.0, top_p: float = 1.0,
-                  top_k: int = 0, seed: int | None = None, stop: str | tuple[str, ...] | list[str] = (),
-                  kind: TokenKind = "main", logprobs: int = 0, chat: bool = False,
-                  prefix_hint: str | None = None) -> GenResult:
-        """Generate from ``prompt``. ``chat=True`` wraps it in the model's chat template."""
-        req = self._request(prompt, kind, max_tokens, temperature, top_p, top_k, seed, stop, logprobs, chat,
-                            prefix_hint)
+    @overload
+    def gen(self, prompt: str, *, max_tokens: int = ..., temperature: float = ..., top_p: float = ...,
+            top_k: int = ..., seed: int | None = ..., stop: str | tuple[str, ...] | list[str] = ...,
+            kind: TokenKind = ..., logprobs: int = ..., chat: bool = ..., prefix_hint: str | None = ...,
+            stream: Literal[False] = ...) -> Coroutine[Any, Any, GenResult]: ...
+
+    @overload
+    def gen(self, prompt: str, *, max_tokens: int = ..., temperature: float = ..., top_p: float = ...,
+            top_k: int = ..., seed: int | None = ..., stop: str | tuple[str, ...] | list[str] = ...,
+            kind: TokenKind = ..., logprobs: int = ..., chat: bool = ..., prefix_hint: str | None = ...,
+            stream: Literal[True]) -> TokenStream: ...
+
+    def gen(self, prompt: str, *, max_tokens: int = 256, temperature: float = 0.0, top_p: float = 1.0,
+            top_k: int = 0, seed: int | None = None, stop: str | tuple[str, ...] | list[str] = (),
+            kind: TokenKind = "main", logprobs: int = 0, chat: bool = False,
+            prefix_hint: str | None = None, stream: bool = False) -> Coroutine[Any, Any, GenResult] | TokenStream:
+        """Generate from ``prompt``: ``await ctx.gen(...)`` gives the GenResult. ``chat=True``
+        wraps it in the model's chat template. ``stream=True`` returns a
+        :class:`~certa.runtime.token_stream.TokenStream` instead: ``async for chunk in
+        ctx.gen(prompt, stream=True)`` yields TokenChunks (``chunk.text``) as they are decoded,
+        and awaiting it gives the GenResult."""
+        args = (prompt, kind, max_tokens, temperature, top_p, top_k, seed, stop, logprobs, chat, prefix_hint)
+        if stream:
+            return TokenStream(self, lambda: self._request(*args))
+        return self._gen(*args)
+
+    async def _gen(self, *args: Any) -> GenResult:
+        req = self._request(*args)
+        if tokens_wanted():  # Runtime.stream(mode="tokens"): stream every gen out as token events
+            return await self.run.submit(req, self, on_text=token_emitter(self, req))
         return await self.run.submit(req, self)
 
     async def score(self, prompt: str, options: tuple[str, ...] = ("Yes", "No"), *, chat: bool = False) -> ScoreResult:
@@ -143,7 +169,10 @@ class ManagedSequence:
         return bool(self.ctx.run.backend.capabilities.rollback_probe)
 
     async def extend(self, max_new_tokens: int) -> GenResult:
-        return await self.ctx.run.guard(self.seq.rid, self.seq.extend(max_new_tokens), "main", self.ctx)
+        out = await self.ctx.run.guard(self.seq.rid, self.seq.extend(max_new_tokens), "main", self.ctx)
+        if out.text and tokens_wanted():  # Runtime.stream(mode="tokens"): each chunk is a token event
+            self.ctx.emit("token", rid=self.seq.rid, text=out.text, attempt=0)
+        return out
 
     async def probe(self, suffix: str, max_tokens: int = 20, *, close_brace: bool = False) -> GenResult:
         """Probe (counted as kind ``probe``). ``close_brace``: stop after the brace that closes

@@ -1,11 +1,19 @@
-"""The runtime's event stream: step start/end, certaindex updates, requests, exits.
+"""The runtime's event stream: step start/end, certaindex updates, requests, tokens, exits.
 
 Listeners are plain callables registered on a :class:`EventBus`; nothing is built when
-nobody listens, so the stream costs nothing by default.
+nobody listens, so the stream costs nothing by default. Besides its listeners, a bus
+delivers to the *sink bound in the emitting task's context* (:func:`bind_sink`): that is how
+``Runtime.stream`` gets the events of one program (its steps and sub-programs run in tasks
+that inherit the program task's context) without filtering every program's events.
+
+Kinds and their data: ``program_start`` (name, knob_cap), ``step_start``, ``step_end`` (ok,
+update: the dict the step returned, or None), ``certaindex`` (value, signals, knob, tokens),
+``request_sent`` (rid, token_kind), ``request_done`` (rid, token_kind, tokens), ``token``
+(rid, text, attempt: a streamed text chunk), ``exit`` (reason, tokens, tokens_saved, error).
 
 Example:
     >>> bus = EventBus(); seen = []
-    >>> bus.subscribe(seen.append)
+    >>> unsubscribe = bus.subscribe(seen.append)
     >>> bus.emit("exit", "p1", reason="certaindex")
     >>> seen[0].kind, seen[0].data["reason"]
     ('exit', 'certaindex')
@@ -13,13 +21,18 @@ Example:
 
 from __future__ import annotations
 
+import contextvars
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 EventKind = Literal["program_start", "step_start", "step_end", "certaindex", "request_sent",
-                    "request_done", "exit", "error"]
+                    "request_done", "token", "exit", "error"]
+
+Sink = Callable[["Event"], None]
+_SINK: contextvars.ContextVar[tuple["EventBus", Sink] | None] = contextvars.ContextVar("certa_event_sink",
+                                                                                        default=None)
 
 
 @dataclass(slots=True)
@@ -42,7 +55,12 @@ class EventBus:
 
     @property
     def active(self) -> bool:
-        return bool(self._listeners)
+        """True when a listener is subscribed or a sink is bound in the current context."""
+        return bool(self._listeners) or self._sink() is not None
+
+    def _sink(self) -> Sink | None:
+        bound = _SINK.get()
+        return bound[1] if bound is not None and bound[0] is self else None
 
     def subscribe(self, fn: Callable[[Event], None]) -> Callable[[], None]:
         """Register ``fn``; returns a function that unsubscribes it."""
@@ -51,8 +69,21 @@ class EventBus:
 
     def emit(self, kind: str, program_id: str, step: str | None = None, branch: int | None = None,
              **data: Any) -> None:
-        if not self._listeners:
+        sink = self._sink()
+        if not self._listeners and sink is None:
             return
         ev = Event(kind, program_id, time.monotonic(), step, branch, data)
+        if sink is not None:
+            sink(ev)
         for fn in list(self._listeners):
             fn(ev)
+
+
+def bind_sink(bus: EventBus, sink: Sink) -> contextvars.Token:
+    """Deliver ``bus``'s events emitted in the current context (and in tasks started from it
+    from now on) to ``sink`` as well; returns the token that :func:`unbind_sink` takes."""
+    return _SINK.set((bus, sink))
+
+
+def unbind_sink(token: contextvars.Token) -> None:
+    _SINK.reset(token)

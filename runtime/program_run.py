@@ -139,9 +139,16 @@ class ProgramRun:
                 req.rid = ticket.rid = f"{req.rid.split('~')[0]}~r{attempt + 1}"
         raise AssertionError("unreachable")
 
-    async def submit(self, req: GenRequest, ctx) -> GenResult:
-        return await self._retrying(req, req.max_tokens, req.prefix_hint, lambda: self.backend.generate(req),
-                                    req.kind, ctx)
+    async def submit(self, req: GenRequest, ctx, on_text: Callable[[str, str], None] | None = None) -> GenResult:
+        """Send ``req`` (scheduled, retried, counted); ``on_text(rid, piece)``: stream its text,
+        each attempt under its own rid (a retry streams again from its start)."""
+        if on_text is None:
+            make: Callable[[], Awaitable[Any]] = lambda: self.backend.generate(req)  # noqa: E731
+        else:
+            def make() -> Awaitable[Any]:
+                rid = req.rid  # this attempt's: a late piece of a failed attempt names its own rid
+                return self.backend.generate_stream(req, lambda piece: on_text(rid, piece))
+        return await self._retrying(req, req.max_tokens, req.prefix_hint, make, req.kind, ctx)
 
     async def submit_score(self, req: ScoreRequest, ctx) -> ScoreResult:
         return await self._retrying(req, 1, self.program.program_id, lambda: self.backend.score(req), "score", ctx)

@@ -20,7 +20,7 @@ import asyncio
 import itertools
 import random
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -36,6 +36,7 @@ from certa.runtime.program_run import ProgramRun
 from certa.runtime.result import Result
 from certa.runtime.scheduling.scheduler import Scheduler
 from certa.runtime.scheduling.policies import remaining_steps
+from certa.runtime.streaming import ProgramStream, StreamMode
 from certa.runtime.types import CertaindexPoint
 
 
@@ -141,6 +142,14 @@ class Runtime:
                          tokens_saved=result.tokens_saved, error=None if result.error is None else str(result.error))
         return result
 
+    def stream(self, program: Any, /, mode: StreamMode | Sequence[StreamMode] = "updates",
+               **inputs: Any) -> ProgramStream:
+        """Run ``program`` with ``inputs`` and iterate what it does: ``async for part in
+        runtime.stream(prog, mode="updates", question=q)``. Modes: ``updates``, ``tokens``,
+        ``certaindex``, ``events``, or a tuple of them (parts come as ``(mode, part)``); see
+        :mod:`certa.runtime.streaming`. ``stream.result`` is the Result once it ends."""
+        return ProgramStream(self, program, mode, inputs)
+
     async def run_many(self, items: Iterable[Any], *, concurrency: int | None = None,
                        on_result: Callable[[int, Result], None] | None = None) -> list[Result]:
         """Run many programs at once. ``items``: Programs or ``(program, inputs_dict)`` pairs.
@@ -244,7 +253,7 @@ class Runtime:
             self.scheduler.rekey(info)  # its waiting tickets' keys may have moved
         if self.events.active:
             self.events.emit("certaindex", prog.program_id, value=point.value, signals=point.signals,
-                             knob=point.knob)
+                             knob=point.knob, tokens=point.tokens)
 
     async def _unwind(self, run: ProgramRun) -> None:
         """A cancelled program's cleanup, run to its end as a task of its own behind a shield.

@@ -97,6 +97,7 @@ class Capabilities:
     score: bool = True
     logprobs: bool = False
     priority: bool = False  # honours request priority itself
+    streaming: bool = False  # ``generate_stream`` delivers text as it is decoded (else: one chunk at the end)
     name: str = "backend"
 
 

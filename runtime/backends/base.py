@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import abc
 import inspect
+from collections.abc import Callable
 from typing import Any
 
 from certa.runtime.types import Capabilities, GenRequest, GenResult, ScoreRequest, ScoreResult
@@ -40,6 +41,19 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def live_rids(self) -> set[str]:
         """Rids the backend is still working on (queued or running)."""
+
+    async def generate_stream(self, req: GenRequest, on_text: Callable[[str], None]) -> GenResult:
+        """``generate``, calling ``on_text(piece)`` on the event loop with each new piece of
+        text as it is decoded; the pieces join to the result's ``text``. Cancelling and
+        aborting behave as for ``generate``.
+
+        Default (backends that cannot stream, ``capabilities.streaming`` False): generate,
+        then one piece with the whole text.
+        """
+        out = await self.generate(req)
+        if out.text:
+            on_text(out.text)
+        return out
 
     async def score(self, req: ScoreRequest) -> ScoreResult:
         """Probability of each option as the continuation of ``req.prompt``.

@@ -25,7 +25,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
@@ -230,6 +230,26 @@ class StreamState:
     first_top: dict[str, float] | None = None
     abort_status: int | None = None
     abort_message: str = ""
+    on_text: Callable[[str], None] | None = None  # streaming: called with each new piece of text
+    _items: int = 0  # pieces of ``text`` delivered to ``on_text`` (the last one possibly in part)
+    _chars: int = 0  # characters of ``text[_items]`` delivered
+
+    def flush(self) -> None:
+        """Hand the text parsed since the last call to ``on_text``. Works for incremental
+        pieces (``text`` grows by items) and cumulative ones (``text`` is one growing item)."""
+        if self.on_text is None:
+            return
+        parts: list[str] = []
+        while self._items < len(self.text):
+            item = self.text[self._items]
+            parts.append(item[self._chars:])
+            if self._items == len(self.text) - 1:  # the last piece may still grow (cumulative text)
+                self._chars = len(item)
+                break
+            self._items, self._chars = self._items + 1, 0
+        new = "".join(parts)
+        if new:
+            self.on_text(new)
 
     def result(self, req: GenRequest, aborted: bool = False) -> GenResult:
         tokens = self.completion_tokens if self.completion_tokens is not None else self.chunks

@@ -114,7 +114,7 @@ class OpenAIBackend(Backend):
         self._live: dict[str, _Live] = {}
         self._logprob_score: bool | None = None  # None: untried
         self._bg: set[asyncio.Future] = set()
-        self.capabilities = Capabilities(score=True, logprobs=True, name="openai")
+        self.capabilities = Capabilities(score=True, logprobs=True, streaming=True, name="openai")
 
     @property
     def workers(self) -> list[str]:
@@ -220,6 +220,7 @@ class OpenAIBackend(Backend):
                             raise stream_error(data, req, url)
                         if isinstance(data, dict):
                             parse(data, st)
+                            st.flush()
             except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
                 if not started:
                     live.sent = False  # nothing reached the server: another worker may take it
@@ -250,15 +251,17 @@ class OpenAIBackend(Backend):
         """The error for a request the server aborted on its own (subclasses refine it)."""
         return server_abort_error(st, req)
 
-    async def _run(self, req: GenRequest, top: int = 0) -> tuple[StreamState, bool]:
-        """Stream ``req``; returns its state and whether it was aborted through ``abort``."""
+    async def _run(self, req: GenRequest, top: int = 0,
+                   on_text: Callable[[str], None] | None = None) -> tuple[StreamState, bool]:
+        """Stream ``req``; returns its state and whether it was aborted through ``abort``
+        (``on_text``: called with each new piece of text as it arrives)."""
         if not req.rid:
             raise BackendError("request has no rid", retryable=False, **where(req))
         if req.rid in self._live:
             raise BackendError(f"rid {req.rid!r} is already in flight", retryable=False, **where(req))
         self.pool.start()
         live = _Live(self.route(req))
-        st = StreamState()
+        st = StreamState(on_text=on_text)
         self._live[req.rid] = live
         inner = live.task = asyncio.ensure_future(self._attempts(req, live, st, top))
         try:
@@ -293,6 +296,11 @@ class OpenAIBackend(Backend):
     # ---- protocol ----------------------------------------------------------------------------
     async def generate(self, req: GenRequest) -> GenResult:
         st, aborted = await self._run(req)
+        return st.result(req, aborted)
+
+    async def generate_stream(self, req: GenRequest, on_text: Callable[[str], None]) -> GenResult:
+        """``generate``, handing each streamed text delta to ``on_text`` as it arrives."""
+        st, aborted = await self._run(req, on_text=on_text)
         return st.result(req, aborted)
 
     async def abort(self, rid: str) -> bool:

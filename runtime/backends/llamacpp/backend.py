@@ -24,9 +24,11 @@ Example:
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import itertools
 import os
 import zlib
+from collections.abc import Callable
 
 from certa.runtime.errors import BackendError, LimitExceededError
 from certa.runtime.models import resolve_model
@@ -68,7 +70,7 @@ class LlamaCppBackend(Backend):
             raise
         self.seed = seed
         self.capabilities = Capabilities(rollback_probe=True, score=True, logprobs=True, priority=False,
-                                         name="llamacpp")
+                                         streaming=True, name="llamacpp")
 
     # ---- scheduler hook -------------------------------------------------------------
     def attach_scheduler(self, scheduler: Scheduler | None) -> None:
@@ -113,9 +115,19 @@ class LlamaCppBackend(Backend):
 
     # ---- protocol -------------------------------------------------------------------
     async def generate(self, req: GenRequest) -> GenResult:
+        return await self._generate(req, None)
+
+    async def generate_stream(self, req: GenRequest, on_text: Callable[[str], None]) -> GenResult:
+        """``generate``, handing new text to ``on_text`` as the engine decodes it (held back
+        by a stop string's length less one until the request ends, so stops never leak)."""
+        return await self._generate(req, on_text)
+
+    async def _generate(self, req: GenRequest, on_text: Callable[[str], None] | None) -> GenResult:
         tokens = self.encode(req.prompt, chat=req.chat, system=req.system, where=req,
                              assistant_prefix=req.assistant_prefix)
         job = self._job(req, "gen", tokens)
+        if on_text is not None:
+            job.on_text, job.context = on_text, contextvars.copy_context()
         if req.max_tokens <= 0:
             return GenResult("", 0, prompt_tokens=len(tokens), finish_reason="length", rid=req.rid)
         job.budget, job.future = req.max_tokens, job.loop.create_future()

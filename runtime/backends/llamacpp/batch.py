@@ -31,7 +31,7 @@ from certa.runtime.errors import BackendError
 from certa.runtime.scheduling.scheduler import Scheduler, SchedulingPolicy
 from certa.runtime.sim.cost_model import IterationRecord, prefill_pairs
 from certa.runtime.types import GenResult, ScoreResult
-from certa.runtime.backends.llamacpp.jobs import Job, deliver
+from certa.runtime.backends.llamacpp.jobs import Job, deliver, stream_text
 from certa.runtime.backends.llamacpp.kv import KVSlots
 from certa.runtime.backends.llamacpp.model import LlamaModel
 from certa.runtime.backends.llamacpp.sequences import SequenceOps
@@ -218,7 +218,9 @@ class Batcher(SequenceOps):
         job.pending = [tok]
         if job.text.push(model.piece(tok)):
             self.finish(job, "stop")
-        elif len(job.out) >= job.max_tokens:
+            return
+        stream_text(job)
+        if len(job.out) >= job.max_tokens:
             self.finish(job, "length")
         elif job.budget <= 0:  # a sequence's extend chunk is complete
             deliver(job.loop, job.future, job.result("length"))
@@ -228,6 +230,7 @@ class Batcher(SequenceOps):
     def finish(self, job: Job, reason: str) -> None:
         job.finished, job.finish_reason, job.budget = True, reason, 0
         job.text.flush()
+        stream_text(job, final=True)
         result = job.result(reason)
         job.mark_reported()
         if job.kind == "seq":  # stays open (and probe-able) until closed

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import asyncio
 import codecs
+import contextvars
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -140,6 +142,9 @@ class Job:
     chunk_text: int = 0
     reported_prompt: bool = False
     waiting: Job | None = None  # a leader whose prompt prefill this job waits to share
+    on_text: Callable[[str], None] | None = None  # streaming (gen jobs): called on ``loop`` with new text
+    context: contextvars.Context | None = None  # the requester's context, where ``on_text`` runs
+    streamed: int = 0  # characters of ``text.text`` handed to ``on_text``
 
     def __post_init__(self) -> None:
         self.pending = list(self.prompt)
@@ -178,6 +183,24 @@ class Job:
         self.reported_prompt = True
 
 
+def stream_text(job: Job, final: bool = False) -> None:
+    """Hand ``job``'s new text to its ``on_text`` on its loop (engine thread → loop). Until
+    ``final``, the last ``len(longest stop) - 1`` characters are held back: a stop string
+    that completes later trims them, and text once handed out is never taken back."""
+    if job.on_text is None:
+        return
+    text = job.text.text
+    hold = 0 if final or not job.text.stops else max(map(len, job.text.stops)) - 1
+    end = max(job.streamed, len(text) - hold)
+    if end <= job.streamed:
+        return
+    piece, job.streamed = text[job.streamed:end], end
+    try:
+        job.loop.call_soon_threadsafe(job.on_text, piece, context=job.context)
+    except RuntimeError:  # the loop is closed: nobody is listening any more
+        pass
+
+
 def deliver(loop: asyncio.AbstractEventLoop, fut: asyncio.Future | None, value: Any = None,
             exc: BaseException | None = None) -> None:
     """Resolve ``fut`` on its loop from any thread (first resolution wins; closed loops are ignored)."""
@@ -197,4 +220,4 @@ def deliver(loop: asyncio.AbstractEventLoop, fut: asyncio.Future | None, value: 
         pass
 
 
-__all__ = ["Job", "JobKind", "Probe", "Slot", "TextTail", "deliver"]
+__all__ = ["Job", "JobKind", "Probe", "Slot", "TextTail", "deliver", "stream_text"]

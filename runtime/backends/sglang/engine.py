@@ -106,7 +106,7 @@ class SGLangEngineBackend(Backend):
         self.score_top_logprobs = score_top_logprobs
         self._live: dict[str, list[Any]] = {}  # rid -> [task, aborted]
         self._closed = False
-        self.capabilities = Capabilities(score=True, logprobs=True, priority=True, name="sglang")
+        self.capabilities = Capabilities(score=True, logprobs=True, priority=True, streaming=True, name="sglang")
 
     # ---- helpers ---------------------------------------------------------------------------
     def priority_of(self, req: Any) -> int:
@@ -154,6 +154,7 @@ class SGLangEngineBackend(Backend):
             try:
                 async for out in gen:
                     parse_native(out, st, self.incremental, self._decode)
+                    st.flush()
             finally:
                 with contextlib.suppress(Exception):
                     await gen.aclose()
@@ -161,12 +162,13 @@ class SGLangEngineBackend(Backend):
             raise BackendError(f"sglang engine rejected request {req.rid!r}: {exc}", retryable=False,
                                **where(req)) from None
 
-    async def _run(self, req: GenRequest, top: int = 0) -> tuple[StreamState, bool]:
+    async def _run(self, req: GenRequest, top: int = 0,
+                   on_text: Callable[[str], None] | None = None) -> tuple[StreamState, bool]:
         if not req.rid:
             raise BackendError("request has no rid", **where(req))
         if req.rid in self._live:
             raise BackendError(f"rid {req.rid!r} is already in flight", **where(req))
-        st = StreamState()
+        st = StreamState(on_text=on_text)
         inner = asyncio.ensure_future(self._stream(req, st, top))
         entry = self._live[req.rid] = [inner, False]
         try:
@@ -191,6 +193,11 @@ class SGLangEngineBackend(Backend):
     # ---- protocol ---------------------------------------------------------------------------
     async def generate(self, req: GenRequest) -> GenResult:
         st, aborted = await self._run(req)
+        return st.result(req, aborted)
+
+    async def generate_stream(self, req: GenRequest, on_text: Callable[[str], None]) -> GenResult:
+        """``generate``, handing each streamed text delta to ``on_text`` as the engine yields it."""
+        st, aborted = await self._run(req, on_text=on_text)
         return st.result(req, aborted)
 
     async def abort(self, rid: str) -> bool:

@@ -163,7 +163,7 @@ class SGLangHTTPBackend(OpenAIBackend):
         self._no_abort_route: set[str] = set()
         cap = max_in_flight if max_in_flight is not None else (None if server_priority else 8)
         self.gates = {w: PriorityGate(cap) for w in self.workers} if cap is not None else {}
-        self.capabilities = Capabilities(score=True, logprobs=True, priority=True, name="sglang-http")
+        self.capabilities = Capabilities(score=True, logprobs=True, priority=True, streaming=True, name="sglang-http")
 
     @staticmethod
     def api_base(worker: str) -> str:

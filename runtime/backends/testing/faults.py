@@ -44,7 +44,7 @@ import dataclasses
 import hashlib
 import re
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -157,10 +157,21 @@ class FaultyBackend(Backend):
 
     # ---- protocol ---------------------------------------------------------------------
     async def generate(self, req: GenRequest) -> GenResult:
+        return await self._generate(req, None)
+
+    async def generate_stream(self, req: GenRequest, on_text: Callable[[str], None]) -> GenResult:
+        """``generate`` streaming through the inner backend: a mid-stream fault has already
+        handed out some text when it strikes (the retry streams again from its start)."""
+        return await self._generate(req, on_text)
+
+    def _inner_generate(self, req: GenRequest, on_text: Callable[[str], None] | None) -> Any:
+        return self.inner.generate(req) if on_text is None else self.inner.generate_stream(req, on_text)
+
+    async def _generate(self, req: GenRequest, on_text: Callable[[str], None] | None) -> GenResult:
         self.calls += 1
         drawn = self.plan(req.rid)
         if drawn is None:
-            out = await self.inner.generate(req)
+            out = await self._inner_generate(req, on_text)
             if out.finish_reason != "abort":
                 self._completed(req.rid)
             return out
@@ -172,11 +183,11 @@ class FaultyBackend(Backend):
             raise self._error(req, "request refused by the engine (400)", False)
         if kind == "slow":
             await asyncio.sleep(self.slow_s * (0.5 + frac))
-            out = await self.inner.generate(req)
+            out = await self._inner_generate(req, on_text)
             if out.finish_reason != "abort":
                 self._completed(req.rid)
             return out
-        task = asyncio.ensure_future(self.inner.generate(req))
+        task = asyncio.ensure_future(self._inner_generate(req, on_text))
         try:
             if kind == "timeout":
                 done, _ = await asyncio.wait({task}, timeout=self.timeout_s)

@@ -2,7 +2,8 @@
 
 Responses come from a list (served in order, cycling), a mapping from prompt substring to
 response(s), or a callable ``(request) -> str``. Tokens are whitespace-separated words, so
-``"a b c"`` is 3 tokens. Latency is a constant, a per-token delay, or a callable.
+``"a b c"`` is 3 tokens. Latency is a constant, a per-token delay, or a callable; ``generate_stream`` delivers the
+response word by word (``token_latency`` before each).
 It is a fake: it runs no model and is named so everywhere it is used.
 
 Example:
@@ -78,7 +79,7 @@ class ScriptedBackend(Backend):
         self.requests: list[GenRequest] = []  # every request served, in order (for assertions)
         self.aborted: list[str] = []  # rids aborted while live
         self.abort_calls: list[str] = []  # every rid abort() was called with
-        self.capabilities = Capabilities(rollback_probe=probe is not None, score=True, name="scripted")
+        self.capabilities = Capabilities(rollback_probe=probe is not None, score=True, streaming=True, name="scripted")
 
     # ---- responses ------------------------------------------------------------------
     def respond(self, req: GenRequest) -> str:
@@ -119,6 +120,13 @@ class ScriptedBackend(Backend):
 
     # ---- protocol -------------------------------------------------------------------
     async def generate(self, req: GenRequest) -> GenResult:
+        return await self._serve(req, None)
+
+    async def generate_stream(self, req: GenRequest, on_text: Callable[[str], None]) -> GenResult:
+        """Stream word by word: ``latency`` first, then ``token_latency`` before each word."""
+        return await self._serve(req, on_text)
+
+    async def _serve(self, req: GenRequest, on_text: Callable[[str], None] | None) -> GenResult:
         if not req.rid:
             raise BackendError("request has no rid", program=req.program_id or None, step=req.step or None)
         self.requests.append(req)
@@ -126,17 +134,25 @@ class ScriptedBackend(Backend):
             raise exc
         text, n, finish = self._cut(self.respond(req), req)
         self._live[req.rid] = asyncio.current_task()
+        sent = 0
         try:
-            delay = self._delay(req, n)
-            if delay > 0:
-                await asyncio.sleep(delay)
+            if on_text is None:
+                delay = self._delay(req, n)
+                await asyncio.sleep(delay if delay > 0 else 0)
             else:
-                await asyncio.sleep(0)
+                base = self._latency(req) if callable(self._latency) else self._latency
+                await asyncio.sleep(base if base > 0 else 0)
+                for word in words(text):
+                    await asyncio.sleep(self._token_latency if self._token_latency > 0 else 0)
+                    if req.rid not in self._live:
+                        break  # aborted between words
+                    on_text(word)
+                    sent += 1
         except asyncio.CancelledError:
             self._live.pop(req.rid, None)
             raise
         if self._live.pop(req.rid, "gone") == "gone":  # aborted while sleeping
-            return GenResult(text="", tokens=0, finish_reason="abort", rid=req.rid)
+            return GenResult(text="".join(words(text)[:sent]), tokens=sent, finish_reason="abort", rid=req.rid)
         return GenResult(text=text, tokens=n, prompt_tokens=len(words(req.prompt)), finish_reason=finish,
                          rid=req.rid, token_logprobs=[0.0] * n if req.logprobs else None)
 

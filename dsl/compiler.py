@@ -12,6 +12,7 @@ naming the step (see docs/errors.md):
 - CT107 invalid-graph: no steps, a bad fan-out value, or an ambiguous knob step
 - CT109 join-without-fanout: ``g.join(step, after=src)`` where ``src`` never fans out
 - CT110 invalid-join: a join that is its own fan-out, the entry, joined twice or also entered per branch
+  (after the fan-out step or a later step of its lanes), or lanes that go back to the fan-out step
 
 and warns (:class:`certa.dsl.errors.CompileWarning`) for CT111 (no ``@answer`` and no
 ``answer`` field) and CT112 (a router with no ``Literal`` hint and no ``destinations=``).
@@ -127,8 +128,34 @@ def _fans_out(g: Graph, name: str) -> bool:
         for b in g.branches)
 
 
+def _per_branch(g: Graph, name: str, join: str) -> set[str]:
+    """Steps entered after a branch of ``name`` or its joins (edges, hinted routers, joins other
+    than ``join``); an unhinted router is not followed (CT112 warns that it is not checked)."""
+    out = {d for s, d in g.edges if s == name} | {j for a, j in g.joins if a == name and j != join}
+    for b in g.branches:
+        if b.source == name and b.destinations is not None:
+            out.update(b.destinations)
+    out.discard(END)
+    return out
+
+
+def _lane_steps(g: Graph, after: str, join: str) -> dict[str, str]:
+    """The later steps of the lanes of a fan-out of ``after`` (the join waits for them all):
+    each mapped to a step it is entered after."""
+    seen: dict[str, str] = {}
+    todo = [after]
+    while todo:
+        n = todo.pop()
+        for d in sorted(_per_branch(g, n, join)):
+            if d not in seen and d in g.steps:
+                seen[d] = n
+                todo.append(d)
+    return seen
+
+
 def _check_joins(g: Graph, entry: str | None) -> None:
-    """CT109/CT110: each join waits on a fan-out, once, and is not also entered per branch."""
+    """CT109/CT110: each join waits on a fan-out, once, and is not also entered per branch
+    (after ``after`` or any later step of its lanes), and the lanes do not re-enter ``after``."""
     seen: dict[str, str] = {}
     for after, step in g.joins:
         if step == after or step == entry:
@@ -140,13 +167,21 @@ def _check_joins(g: Graph, entry: str | None) -> None:
                                    step=step, hint="one join step per fan-out")
         seen[step] = after
         if not _fans_out(g, after):
+            lanes_of = [f for f in g.steps if f != after and _fans_out(g, f) and after in _lane_steps(g, f, step)]
+            hint = (f"{after!r} runs in the lanes of {lanes_of[0]!r}: join after={lanes_of[0]!r} waits for every "
+                    f"later step of its lanes" if lanes_of else f"give {after!r} fanout=n, Send to it, or use edge()")
             raise JoinWithoutFanoutError(f"join {step!r} waits on {after!r}, which never fans out", program=g.name,
-                                         step=after, hint=f"give {after!r} fanout=n, Send to it, or use edge()")
-        per_branch = (after, step) in g.edges or any(
-            b.source == after and b.destinations is not None and step in b.destinations for b in g.branches)
-        if per_branch:
-            raise InvalidJoinError(f"{step!r} joins {after!r} but is also entered after each {after!r} branch",
-                                   program=g.name, step=step, hint=f"drop the edge or route from {after!r} to {step!r}")
+                                         step=after, hint=hint)
+        lanes = _lane_steps(g, after, step)
+        if step in lanes:
+            src = lanes[step]
+            raise InvalidJoinError(f"{step!r} joins {after!r} but is also entered after each {src!r} branch",
+                                   program=g.name, step=step, hint=f"drop the edge or route from {src!r} to {step!r}")
+        back = sorted(n for n in lanes if n != after and after in _per_branch(g, n, step))
+        if back:
+            raise InvalidJoinError(f"join {step!r} after {after!r}: a lane goes back to {after!r} from {back[0]!r}, "
+                                   f"so the fan-out it waits on keeps growing", program=g.name, step=back[0],
+                                   hint=f"loop {after!r} itself (g.loop), or route back from the join step")
 
 
 def _warn(g: Graph) -> None:

@@ -189,7 +189,8 @@ class Graph:
     def join(self, step: str, *, after: str) -> "Graph":
         """Fan-in: enter ``step`` once, after every branch launched by one fan-out of ``after``
         (its ``fanout=n`` branches, or the ``Send``s of one router call, with the loop lanes
-        they continue) has finished and merged its update. The default stays per branch:
+        they continue and every later step those lanes enter: fan-out -> a -> b -> join) has
+        finished and merged its update. The default stays per branch:
         ``edge(after, x)`` enters ``x`` as each branch finishes; only a join waits.
 
         Example (``total`` runs once, on the merged update of all three branches):

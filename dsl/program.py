@@ -60,6 +60,7 @@ class GraphProgram(Program):
         self._groups: dict[int, list[Any]] = {}  # join group -> [fan-out step, branches still running]
         self._group_of: dict[int, int] = {}  # branch -> its join group
         self._group_ids = itertools.count()
+        self._outer: dict[int, int] = {}  # join group -> the group of the lanes it runs in (nested fan-outs)
 
     # ---- Program interface ----------------------------------------------------------
     async def execute(self, ctx: Context) -> bool:
@@ -100,30 +101,44 @@ class GraphProgram(Program):
         return bool(self._tasks)
 
     def _finish_in_group(self, branch: int) -> None:
-        """A branch of a joined fan-out finished (after its loop lane, if any, continued):
-        when it was the last one running, enter the join step(s) once."""
+        """A branch in a joined fan-out's lanes finished, after its successors were launched
+        into the same group (:meth:`_route`): when it was the last one, enter the join once."""
         group = self._group_of.pop(branch, None)
-        if group is None:
-            return
+        if group is not None:
+            self._release(group)
+
+    def _release(self, group: int) -> None:
+        """One member of ``group`` is done; at none left, enter its join step(s) in the enclosing
+        group (if the fan-out ran inside another's lanes) and release that group's hold on it."""
         entry = self._groups[group]
         entry[1] -= 1
         if entry[1] == 0:
             del self._groups[group]
+            outer = self._outer.pop(group, None)
             for join in self._joins[entry[0]]:
-                self._enter(join, entry[0])
+                self._enter(join, entry[0], group=outer)
+            if outer is not None:
+                self._release(outer)
 
-    def _new_group(self, step: str) -> int | None:
-        """A join group for one fan-out of ``step`` (None when nothing joins it)."""
+    def _new_group(self, step: str, outer: int | None = None) -> int | None:
+        """A join group for one fan-out of ``step`` (None when nothing joins it); inside the
+        lanes of ``outer``, the new group counts as one member of it until it is joined."""
         if step not in self._joins:
             return None
         group = next(self._group_ids)
         self._groups[group] = [step, 0]
+        if outer is not None:
+            self._outer[group] = outer
+            self._groups[outer][1] += 1
         return group
 
     def _drop_if_empty(self, group: int | None) -> None:
         """A fan-out that launched nothing (knob cap, ``max_visits``) has nothing to join."""
         if group is not None and self._groups.get(group, [None, 1])[1] == 0:
             del self._groups[group]
+            outer = self._outer.pop(group, None)
+            if outer is not None:
+                self._release(outer)
 
     def _check_conflicts(self, step: str, branch: int, update: dict[str, Any]) -> None:
         """Two lanes of one fan-out may not both write a field that has no reducer (CT108)."""
@@ -198,8 +213,11 @@ class GraphProgram(Program):
         return self.compiled.draw()
 
     # ---- scheduling of branches -----------------------------------------------------
-    def _route(self, step: str, branch: int) -> None:
+    def _route(self, step: str, branch: int | None) -> None:
+        """Launch what follows a finished branch; its successors join its join group (a join
+        after a fan-out waits for every later step of the fan-out's lanes)."""
         g = self.compiled.graph
+        outer = self._group_of.get(branch) if branch is not None else None
         for src, dst in g.edges:
             if src == step and dst != END:
                 self._enter(dst, step, branch)
@@ -228,9 +246,10 @@ class GraphProgram(Program):
                 if isinstance(x, Send):
                     self._check_step(x.step, step)
                     if x.step not in groups:
-                        groups[x.step] = self._new_group(x.step)
+                        groups[x.step] = self._new_group(x.step, outer)
+                    own = groups[x.step]
                     self._launch(g.steps[x.step], x.payload, None if fanout is None else (fanout, i),
-                                 groups[x.step])
+                                 outer if own is None else own)
                 else:
                     self._check_step(x, step)
                     self._enter(x, step, branch)
@@ -242,7 +261,9 @@ class GraphProgram(Program):
             raise UnknownStepError(f"router after {source!r} returned unknown step {name!r}",
                                    program=self.program_id, step=source)
 
-    def _enter(self, name: str, source: str | None, parent: int | None = None) -> None:
+    def _enter(self, name: str, source: str | None, parent: int | None = None, *, group: int | None = None) -> None:
+        """Enter step ``name`` after a ``parent`` branch of ``source`` (in its lane's join group),
+        or in ``group`` (a join entered by :meth:`_release`)."""
         spec = self.compiled.graph.steps[name]
         if source == name:  # a loop continues its own lane (in its fan-out): one new branch per finished branch
             n = 1
@@ -259,10 +280,11 @@ class GraphProgram(Program):
             self._launch(spec, None, lane, group)
             return
         fanout = next(self._fanouts) if n > 1 else None
-        group = self._new_group(name)
+        outer = self._group_of.get(parent) if parent is not None else group
+        own = self._new_group(name, outer)
         for i in range(n):
-            self._launch(spec, None, None if fanout is None else (fanout, i), group)
-        self._drop_if_empty(group)
+            self._launch(spec, None, None if fanout is None else (fanout, i), outer if own is None else own)
+        self._drop_if_empty(own)
 
     def _launch(self, spec: StepSpec, payload: Any, lane: tuple[int, int] | None = None,
                 group: int | None = None) -> None:

@@ -37,12 +37,14 @@ __all__ = ["drive", "record_certaindex", "run_unsuspended"]
 
 async def drive(program: Program, ctx: Any, *,
                 on_certaindex: Callable[[CertaindexPoint], None] | None = None,
-                max_steps: int | None = None) -> str:
+                max_steps: int | None = None, on_step: Callable[[], None] | None = None) -> str:
     """Run ``program`` on ``ctx`` until it exits; returns the exit reason.
 
     ``on_certaindex(point)`` is called after each step that measured a certaindex, once the
     point is on ``program.trajectory`` and before the policy decides. ``max_steps``: more
     ``execute()`` calls than this raise :class:`~certa.runtime.errors.StepLimitError`.
+    ``on_step()`` is called after each step the loop continues past (its certaindex recorded,
+    the policy asked): where a checkpointed run saves the step (``certa.runtime.threads``).
     """
     policy = program.policy
     steps = 0
@@ -62,6 +64,8 @@ async def drive(program: Program, ctx: Any, *,
                 return decision.reason
         if not more:
             return "cap" if program.hit_cap else "done"
+        if on_step is not None:
+            on_step()
 
 
 def _step_limit(program: Program, limit: int) -> StepLimitError:

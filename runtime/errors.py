@@ -107,6 +107,14 @@ class RequestTimeoutError(BackendError):
     code, name = "CT208", "request-timeout"
 
 
+class CheckpointError(RuntimeFailure):
+    """A checkpointed thread cannot be saved or resumed: a state or ``Send`` payload that is not
+    JSON, another program or other inputs than the thread started with, a thread already running,
+    or a checkpoint store that fails; the message names the thread."""
+
+    code, name = "CT220", "checkpoint-error"
+
+
 class ConfigError(CertaError, ValueError):
     """A configuration, policy file, trace file or CLI option is invalid (also a ``ValueError``)."""
 
@@ -123,8 +131,8 @@ class ModelIntegrityError(ConfigError):
 
 ALL_ERRORS: tuple[type[CertaError], ...] = (
     CertaError, RuntimeFailure, StepFailedError, CertaindexRangeError, BackendError,
-    LimitExceededError, CallDepthError, StepLimitError, RequestTimeoutError, ConfigError, ModelNotFoundError,
-    ModelIntegrityError,
+    LimitExceededError, CallDepthError, StepLimitError, RequestTimeoutError, CheckpointError, ConfigError,
+    ModelNotFoundError, ModelIntegrityError,
 )
 """The runtime's error classes; each layer above lists its own (``certa.dsl.errors``,
 ``certa.eval.errors``, ``certa.serve.errors``), and ``docs/errors.md`` lists every code."""

@@ -25,6 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from certa.runtime.backends.base import Backend
+from certa.runtime.checkpoint import Checkpoint, Checkpointer
 from certa.runtime.context import Context
 from certa.runtime.deadlines import Deadlines
 from certa.runtime.driver import drive
@@ -36,6 +37,7 @@ from certa.runtime.program_run import ProgramRun
 from certa.runtime.result import Result
 from certa.runtime.scheduling.scheduler import Scheduler
 from certa.runtime.scheduling.policies import remaining_steps
+from certa.runtime.threads import ThreadRun
 from certa.runtime.streaming import ProgramStream, StreamMode
 from certa.runtime.types import CertaindexPoint
 
@@ -50,11 +52,14 @@ class Runtime:
         backend: a :class:`Backend` or a name (``"scripted"``, ``"llamacpp"``, ``"openai"``, ``"sglang"``).
         scheduler: a :class:`Scheduler` (default FCFS with no admission limits).
         limits: input limits; ``retry``: retry policy for retryable backend errors.
+        checkpointer: where ``run(..., thread_id=...)`` saves a checkpoint per step (a
+            :class:`~certa.runtime.checkpoint.MemoryCheckpointer` or
+            :class:`~certa.runtime.checkpoint_sqlite.SqliteCheckpointer`); see :meth:`run`.
     """
 
     def __init__(self, backend: Backend | str = "scripted", *, scheduler: Scheduler | None = None,
                  limits: RuntimeLimits | None = None, retry: RetryPolicy | None = None, seed: int = 0,
-                 **backend_options: Any) -> None:
+                 checkpointer: Checkpointer | None = None, **backend_options: Any) -> None:
         if isinstance(backend, str):
             from certa.runtime.backends.registry import make_backend
             backend = make_backend(backend, **backend_options)
@@ -73,13 +78,16 @@ class Runtime:
         self._active: dict[str, ProgramRun] = {}
         self._closing: set[str] = set()  # programs being cancelled: their subtrees start nothing new
         self._deadlines = Deadlines()  # RuntimeLimits.request_timeout, one watchdog for all requests
+        self.checkpointer = checkpointer
+        self._thread_programs: dict[str, Any] = {}  # thread id -> the program last run on it (update_state)
 
     # ---- public API -----------------------------------------------------------------
     @property
     def active_programs(self) -> dict[str, Program]:
         return {pid: r.program for pid, r in self._active.items()}
 
-    async def run(self, program: Any, /, *, return_errors: bool = False, **inputs: Any) -> Result:
+    async def run(self, program: Any, /, *, return_errors: bool = False, thread_id: str | None = None,
+                  interrupt_before: Sequence[str] = (), interrupt_after: Sequence[str] = (), **inputs: Any) -> Result:
         """Run ``program`` (a Program, a Program class, or a compiled graph) with ``inputs``.
 
         A program that ends with an error raises it: the coded :class:`CertaError` (bad inputs
@@ -88,18 +96,42 @@ class Runtime:
         the :class:`Result` carrying it instead (``exit_reason="error"``, ``Result.error``): what
         batch runs (``run_many``, datasets, the server) use so one failed problem does not stop
         the rest. Cancellation always raises ``CancelledError``.
+
+        ``thread_id``: run on a checkpointed thread (``Runtime(checkpointer=...)``; CT300
+        without one): a checkpoint is saved per completed step, and a later run of the same
+        ``thread_id`` — after a crash, an error or an interrupt, in this process or another —
+        resumes from the newest without repeating a completed step (inputs may be omitted; if
+        given they must be the thread's, CT220). A finished thread returns its result again.
+        ``interrupt_before`` / ``interrupt_after``: step names that pause the run (exit reason
+        ``interrupted``, an :class:`~certa.runtime.checkpoint.InterruptedResult` naming the
+        step) for :meth:`update_state`; see docs/concepts.md "Checkpoints and interrupts".
         """
+        if thread_id is not None or interrupt_before or interrupt_after:
+            return await self._run_thread(program, inputs, thread_id, interrupt_before, interrupt_after,
+                                          return_errors)
         result = await self._run(program, inputs, parent=None)
         if result.error is not None and not return_errors:
             raise result.error from result.error.__cause__
         return result
 
-    async def _run(self, program: Any, inputs: dict[str, Any], *, parent: ProgramRun | None) -> Result:
-        """Run a program; with ``parent`` as that program's sub-program (``Context.call``)."""
+    async def _run_thread(self, program: Any, inputs: dict[str, Any], thread_id: Any, before: Sequence[str],
+                          after: Sequence[str], return_errors: bool) -> Result:
+        """``run`` on a checkpointed thread (one run of a thread at a time: CT220)."""
+        with ThreadRun(self, thread_id, before, after) as thread:
+            self._thread_programs[thread_id] = program
+            result = await self._run(program, inputs, parent=None, thread=thread)
+        if result.error is not None and not return_errors:
+            raise result.error from result.error.__cause__
+        return result
+
+    async def _run(self, program: Any, inputs: dict[str, Any], *, parent: ProgramRun | None,
+                   thread: ThreadRun | None = None) -> Result:
+        """Run a program; with ``parent`` as that program's sub-program (``Context.call``); with
+        ``thread`` restored from and checkpointed to its thread."""
         if parent is not None:
             self._check_call(parent)
         try:
-            prog = self._instantiate(program, inputs)
+            prog = thread.open(program, inputs, self._instantiate) if thread else self._instantiate(program, inputs)
         except CertaError as exc:  # bad inputs fail this program only, like any other error
             name = getattr(program, "name", None) or getattr(program, "__name__", type(program).__name__)
             exc.program = exc.program or f"{name}-{next(self._ids)}"
@@ -115,7 +147,7 @@ class Runtime:
         t0 = time.perf_counter()
         reason, error = "done", None
         try:
-            reason = await self._drive(run)
+            reason = await self._drive(run, thread)
         except asyncio.CancelledError:
             reason = "cancelled"
             self._closing.add(prog.program_id)  # its subtree may start no new sub-program while it unwinds
@@ -138,6 +170,8 @@ class Runtime:
             if reason != "cancelled":
                 await self._cleanup(run)
         result = self._result(run, reason, error, time.perf_counter() - t0)
+        if thread is not None:
+            result = thread.result(result, prog)
         self.events.emit("exit", prog.program_id, reason=result.exit_reason, tokens=prog.tokens.total,
                          tokens_saved=result.tokens_saved, error=None if result.error is None else str(result.error))
         return result
@@ -195,6 +229,35 @@ class Runtime:
         """Blocking :meth:`run_many` (a failing program yields a Result with ``error``)."""
         return run_blocking(self.run_many(items, **kw))
 
+    # ---- threads: checkpoints, interrupts, state history ------------------------------
+    def get_state(self, thread_id: str) -> Checkpoint | None:
+        """The thread's newest checkpoint (its state, status, next steps), or None."""
+        return self._saver("get_state").latest(thread_id)
+
+    def state_history(self, thread_id: str, *, limit: int | None = None) -> list[Checkpoint]:
+        """The thread's checkpoints, newest first: the input, one per completed step, edits."""
+        return self._saver("state_history").history(thread_id, limit=limit)
+
+    get_state_history = state_history
+
+    def update_state(self, thread_id: str, values: dict[str, Any], *, program: Any = None,
+                     overwrite: bool = False) -> Checkpoint:
+        """Edit a paused (or crashed) thread's state; the next ``run`` on it resumes from the edit.
+
+        ``values`` is validated like a step's update (CT106 unknown field, CT113 wrong type) and
+        merged through the fields' reducers (``overwrite=True``: set as given). ``program``:
+        needed only when this Runtime has not run the thread. Saved as a ``source="update"``
+        checkpoint, which is returned.
+        """
+        from certa.runtime.threads import update_state
+        return update_state(self, thread_id, values, program if program is not None else
+                            self._thread_programs.get(thread_id), overwrite)
+
+    def _saver(self, what: str) -> Checkpointer:
+        if self.checkpointer is None:
+            raise ConfigError(f"{what} needs a checkpointer", hint="Runtime(..., checkpointer=...)")
+        return self.checkpointer
+
     async def close(self) -> None:
         await self.backend.close()
 
@@ -236,10 +299,15 @@ class Runtime:
                                  hint="a step that ctx.calls its own graph needs a base case; or raise "
                                       "RuntimeLimits.max_call_depth")
 
-    async def _drive(self, run: ProgramRun) -> str:
-        """The one driving loop (:func:`~certa.runtime.driver.drive`) plus the runtime's bookkeeping."""
-        return await drive(run.program, Context(run, "execute"), on_certaindex=lambda p: self._on_certaindex(run, p),
-                           max_steps=self.limits.max_steps)
+    async def _drive(self, run: ProgramRun, thread: ThreadRun | None = None) -> str:
+        """The one driving loop (:func:`~certa.runtime.driver.drive`) plus the runtime's bookkeeping;
+        a thread's run saves a checkpoint per step and its exit (a finished thread does not run)."""
+        if thread is not None and thread.finished:
+            return thread.latest.status  # type: ignore[union-attr]
+        reason = await drive(run.program, Context(run, "execute"), on_certaindex=lambda p: self._on_certaindex(run, p),
+                             max_steps=self.limits.max_steps,
+                             on_step=None if thread is None else lambda: thread.save(run.program))
+        return reason if thread is None else thread.finish(run.program, reason)
 
     def _on_certaindex(self, run: ProgramRun, point: CertaindexPoint) -> None:
         """After a certaindex point: refresh the scheduler's estimate (root programs) and emit the event."""
@@ -291,7 +359,7 @@ class Runtime:
         prog = run.program
         saved = 0
         cap = prog.policy.budget_cap(prog) if prog.policy else prog.knob_cap
-        if reason not in ("cap", "done", "error") and cap and prog.knob_value < cap:
+        if reason not in ("cap", "done", "error", "interrupted") and cap and prog.knob_value < cap:
             if prog.knob.unit == "tokens":
                 saved = cap - prog.knob_value
             else:

@@ -1,0 +1,202 @@
+"""A graph program's checkpoints and interrupts: what is saved after each step, and how it resumes.
+
+A compiled graph runs per branch (``certa.dsl.program``): each ``execute()`` merges ONE
+finished branch. Its checkpoint, saved by the runtime after that ``execute()``
+(``certa.runtime.threads``), is:
+
+- the state (pydantic JSON) with every completed branch's update merged through the reducers;
+- the knob spent, the tokens, the certaindex trajectory (the runtime's part);
+- the *pending* branches: every branch launched and not yet finished — in flight, or held by
+  an interrupt — as ``(branch id, step, Send payload)``; on resume each is started again from
+  its beginning (a step is the unit of durability: the requests of a branch that had not
+  finished are sent again, those of finished branches never are);
+- the bookkeeping that makes the rest of the run the same as without the crash: launches per
+  step (knob cap, ``max_visits``), the branch / fan-out / join-group counters, the fan-out
+  lanes (CT108 checks, loop lanes) and join groups still waiting, nested ones with the group
+  they run in (a join enters once its last pending branch finishes, before or after the crash).
+
+Interrupts: ``interrupt_before=[step]`` holds a branch of ``step`` when it would start;
+``interrupt_after=[step]`` holds the routing of a branch of ``step`` once its update is
+merged (so an edit made during the pause steers its router). From the first hold on, the
+program pauses: branches in flight finish and merge (nothing is thrown away) but start
+nothing new — their routing is held too — and once none runs, ``execute()`` returns False
+with ``program.interrupt = (step, "before" | "after")``. The resumed run starts the held
+branches (past the interrupt that held them) and then routes the held branches in the order
+they finished, with the state as edited.
+
+Payloads of held or in-flight ``Send`` branches are saved as JSON and come back as JSON
+values (a tuple as a list, a model as a dict).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter
+from typing import TYPE_CHECKING, Any
+
+from pydantic import ValidationError
+
+from certa.dsl.errors import UnknownStepError
+from certa.dsl.state import apply_update
+from certa.runtime.errors import CheckpointError, ConfigError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from certa.dsl.program import GraphProgram
+
+
+class Held:
+    """Interrupt bookkeeping of one graph program: which steps interrupt, what a pause holds."""
+
+    __slots__ = ("before", "after", "pausing", "launches", "routes", "done_before")
+
+    def __init__(self) -> None:
+        self.before: frozenset[str] = frozenset()
+        self.after: frozenset[str] = frozenset()
+        self.pausing: tuple[str, str] | None = None  # the interrupt that started the pause
+        self.launches: list[int] = []  # branches allocated but not started
+        self.routes: list[tuple[str, int]] = []  # branches merged but not routed, in completion order
+        self.done_before = 0  # branches completed before the restored checkpoint
+
+    def pause(self) -> tuple[str, str] | None:
+        """The interrupt to report once nothing runs (None when nothing is held)."""
+        return self.pausing if (self.launches or self.routes) else None
+
+
+def hold_launch(prog: "GraphProgram", step: str, branch: int) -> bool:
+    """Whether to hold the new branch ``branch`` of ``step`` (interrupt before it, or paused)."""
+    held = prog._held
+    if held.pausing is None and step in held.before:
+        held.pausing = (step, "before")
+    if held.pausing is None:
+        return False
+    held.launches.append(branch)
+    return True
+
+
+def hold_route(prog: "GraphProgram", step: str, branch: int) -> bool:
+    """Whether to hold the routing of finished ``branch`` of ``step`` (interrupt after it, or paused)."""
+    held = prog._held
+    if held.pausing is None and step in held.after:
+        held.pausing = (step, "after")
+    if held.pausing is None:
+        return False
+    held.routes.append((step, branch))
+    return True
+
+
+def resume(prog: "GraphProgram") -> None:
+    """First ``execute()`` after a restore: start every pending branch, then route the held ones."""
+    held = prog._held
+    routes = list(held.routes)
+    held.launches, held.routes, held.pausing = [], [], None
+    prog.interrupt = None
+    steps = prog.compiled.graph.steps
+    for branch in sorted(prog._branches):
+        step, payload = prog._branches[branch]
+        prog._start(steps[step], branch, payload)
+    for step, branch in routes:
+        prog._after(step, branch)
+
+
+def set_interrupts(prog: "GraphProgram", before: Any, after: Any) -> None:
+    """Interrupt before/after the named steps (CT101 for a name the graph has no step for)."""
+    names = list(prog.compiled.graph.steps)
+    for which, steps in (("interrupt_before", before), ("interrupt_after", after)):
+        if isinstance(steps, str):
+            raise ConfigError(f"{which} takes a list of step names, got the string {steps!r}",
+                              program=prog.name, hint=f"{which}=[{steps!r}]")
+        for s in steps or ():
+            if s not in names:
+                import difflib
+                close = difflib.get_close_matches(s, names, n=1)
+                raise UnknownStepError(f"{which} names unknown step {s!r}", program=prog.name, step=s,
+                                       hint=f"did you mean {close[0]!r}?" if close else f"steps: {', '.join(names)}")
+    prog._held.before, prog._held.after = frozenset(before or ()), frozenset(after or ())
+
+
+def state_json(prog: "GraphProgram") -> str:
+    try:
+        return prog.state.model_dump_json()
+    except Exception as exc:  # noqa: BLE001 - pydantic's serialization errors vary
+        last = prog.history[-1] if prog.history else (None, None)
+        raise CheckpointError(f"the state of program {prog.name!r} is not JSON-serializable: {exc}",
+                              program=prog.program_id or prog.name, step=last[0], branch=last[1],
+                              hint="checkpointed states need JSON-compatible field types") from None
+
+
+def _payload(prog: "GraphProgram", step: str, branch: int, payload: Any) -> Any:
+    from pydantic_core import to_jsonable_python
+    try:
+        return to_jsonable_python(payload)
+    except Exception as exc:  # noqa: BLE001
+        raise CheckpointError(f"the Send payload of a pending branch is not JSON-serializable: {exc}",
+                              program=prog.program_id or prog.name, step=step, branch=branch) from None
+
+
+def _peek(prog: "GraphProgram", attr: str) -> int:
+    """The next value of an ``itertools.count`` attribute, without consuming it."""
+    n = next(getattr(prog, attr))
+    setattr(prog, attr, itertools.count(n))
+    return n
+
+
+def snapshot(prog: "GraphProgram") -> dict[str, Any]:
+    """The resume data of ``prog`` now (JSON-compatible); see the module docstring."""
+    held = prog._held
+    return {
+        "started": prog._started,
+        "completed": held.done_before + len(prog.history),
+        "last": list(prog.history[-1]) if prog.history else None,
+        "launches": dict(prog.launches),
+        "counters": [_peek(prog, "_branch_ids"), _peek(prog, "_fanouts"), _peek(prog, "_group_ids")],
+        "lanes": [[b, f, i] for b, (f, i) in prog._lanes.items()],
+        "writers": [[f, key, i] for (f, key), i in prog._writers.items()],
+        "groups": [[g, step, n] for g, (step, n) in prog._groups.items()],
+        "group_of": [[b, g] for b, g in prog._group_of.items()],
+        "outer": [[g, o] for g, o in getattr(prog, "_outer", {}).items()],
+        "pending": [[b, step, _payload(prog, step, b, payload)]
+                    for b, (step, payload) in sorted(prog._branches.items())],
+        "routes": [list(r) for r in held.routes],
+        "interrupt": list(prog.interrupt) if prog.interrupt else None,
+        "next": sorted({step for step, _ in prog._branches.values()}),
+    }
+
+
+def restore(prog: "GraphProgram", state: str, data: dict[str, Any]) -> None:
+    """Put a fresh ``prog`` (same graph, same inputs) back where :func:`snapshot` left one."""
+    try:
+        prog.state = type(prog.state).model_validate_json(state)
+    except ValidationError as exc:
+        raise CheckpointError(f"the saved state does not fit program {prog.name!r}'s state model: "
+                              f"{exc.errors()[0]['msg']}", program=prog.name) from None
+    steps = prog.compiled.graph.steps
+    for _, step, _ in data["pending"]:
+        if step not in steps:
+            raise CheckpointError(f"the checkpoint has a pending branch of step {step!r}, which program "
+                                  f"{prog.name!r} no longer has", program=prog.name, step=step)
+    prog._started, prog._ctx = bool(data["started"]), None
+    prog.launches = Counter(data["launches"])
+    prog._branch_ids, prog._fanouts, prog._group_ids = (itertools.count(n) for n in data["counters"])
+    prog._lanes = {b: (f, i) for b, f, i in data["lanes"]}
+    prog._writers = {(f, key): i for f, key, i in data["writers"]}
+    prog._groups = {g: [step, n] for g, step, n in data["groups"]}
+    prog._group_of = {b: g for b, g in data["group_of"]}
+    prog._outer = {g: o for g, o in data.get("outer", [])}
+    prog._branches = {b: (step, payload) for b, step, payload in data["pending"]}
+    prog._held.routes = [(s, b) for s, b in data["routes"]]
+    prog._held.done_before = int(data["completed"])
+    prog.interrupt = tuple(data["interrupt"]) if data.get("interrupt") else None  # type: ignore[assignment]
+
+
+def edit_state(prog: "GraphProgram", values: dict[str, Any], *, overwrite: bool = False) -> None:
+    """A human edit, validated like a step's update (CT106 unknown key, CT113 wrong type);
+    merged through the reducers, or with ``overwrite`` set as given."""
+    if not isinstance(values, dict):
+        raise ConfigError(f"update_state takes a dict of state updates, got {type(values).__name__}",
+                          program=prog.name)
+    apply_update(prog.state, values, {} if overwrite else prog.compiled.reducers,
+                 program=prog.program_id or prog.name, step="update_state")
+
+
+__all__ = ["Held", "edit_state", "hold_launch", "hold_route", "restore", "resume", "set_interrupts", "snapshot",
+           "state_json"]

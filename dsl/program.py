@@ -22,6 +22,7 @@ from certa.dsl.errors import ConflictingUpdateError, UnknownStepError
 from certa.runtime.errors import CertaError, ConfigError, LimitExceededError, StepFailedError
 from certa.runtime.program import Program
 
+from certa.dsl import checkpointing
 from certa.dsl.graph import END, START, Send, StepSpec
 from certa.dsl.state import apply_update
 
@@ -61,6 +62,9 @@ class GraphProgram(Program):
         self._group_of: dict[int, int] = {}  # branch -> its join group
         self._group_ids = itertools.count()
         self._outer: dict[int, int] = {}  # join group -> the group of the lanes it runs in (nested fan-outs)
+        self._branches: dict[int, tuple[str, Any]] = {}  # branch launched, not finished -> (step, payload)
+        self._held = checkpointing.Held()  # interrupts: branches and routes held while paused
+        self.interrupt: tuple[str, str] | None = None  # (step, "before" | "after") once an interrupt paused it
 
     # ---- Program interface ----------------------------------------------------------
     async def execute(self, ctx: Context) -> bool:
@@ -72,10 +76,14 @@ class GraphProgram(Program):
                 self._route(START, None)
             else:
                 self._enter(g.entry_step or next(iter(g.steps)), None)
+        elif self._ctx is None:  # restored from a checkpoint: relaunch its pending branches
+            self._ctx = ctx
+            checkpointing.resume(self)
         if not self._tasks:
-            return False
+            return self._more()
         task, step, branch, update, exc = await self._done.get()
         self._tasks.pop(task, None)
+        self._branches.pop(branch, None)
         if exc is not None:
             if isinstance(exc, CertaError):
                 exc.program, exc.step, exc.branch = exc.program or self.program_id, exc.step or step, exc.branch if exc.branch is not None else branch
@@ -95,10 +103,22 @@ class GraphProgram(Program):
         self.history.append((step, branch))
         if step == self.compiled.knob_step:
             self.knob_used += 1
+        if not checkpointing.hold_route(self, step, branch):  # an interrupt routes it on resume
+            self._after(step, branch)
+        return self._more()
+
+    def _after(self, step: str, branch: int) -> None:
+        """Route a finished, merged branch: launch its successors, then count it out of its join."""
         self._route(step, branch)
         self._lanes.pop(branch, None)
         self._finish_in_group(branch)
-        return bool(self._tasks)
+
+    def _more(self) -> bool:
+        """Whether branches are still running; when none is and an interrupt holds some, pause."""
+        if self._tasks:
+            return True
+        self.interrupt = self._held.pause()
+        return False
 
     def _finish_in_group(self, branch: int) -> None:
         """A branch in a joined fan-out's lanes finished, after its successors were launched
@@ -212,6 +232,22 @@ class GraphProgram(Program):
     def draw(self):
         return self.compiled.draw()
 
+    # ---- checkpoints and interrupts (certa.dsl.checkpointing) ------------------------
+    def checkpoint_state(self) -> str:
+        return checkpointing.state_json(self)
+
+    def checkpoint_data(self) -> dict[str, Any]:
+        return checkpointing.snapshot(self)
+
+    def restore_checkpoint(self, state_json: str, data: dict[str, Any]) -> None:
+        checkpointing.restore(self, state_json, data)
+
+    def set_interrupts(self, before: Any = (), after: Any = ()) -> None:
+        checkpointing.set_interrupts(self, before, after)
+
+    def edit_state(self, values: dict[str, Any], *, overwrite: bool = False) -> None:
+        checkpointing.edit_state(self, values, overwrite=overwrite)
+
     # ---- scheduling of branches -----------------------------------------------------
     def _route(self, step: str, branch: int | None) -> None:
         """Launch what follows a finished branch; its successors join its join group (a join
@@ -299,15 +335,21 @@ class GraphProgram(Program):
             return
         self.launches[spec.name] += 1
         branch = next(self._branch_ids)
-        assert self._ctx is not None
-        ctx = self._ctx.child(spec.name, branch, payload)
-        task = asyncio.ensure_future(self._run_step(spec, ctx))
-        self._tasks[task] = (spec.name, branch)
         if lane is not None:
             self._lanes[branch] = lane
         if group is not None:
             self._groups[group][1] += 1
             self._group_of[branch] = group
+        self._branches[branch] = (spec.name, payload)
+        if not checkpointing.hold_launch(self, spec.name, branch):  # an interrupt starts it on resume
+            self._start(spec, branch, payload)
+
+    def _start(self, spec: StepSpec, branch: int, payload: Any) -> None:
+        """Start the task of an allocated branch."""
+        assert self._ctx is not None
+        ctx = self._ctx.child(spec.name, branch, payload)
+        task = asyncio.ensure_future(self._run_step(spec, ctx))
+        self._tasks[task] = (spec.name, branch)
 
     async def _run_step(self, spec: StepSpec, ctx: Context) -> None:
         ctx.emit("step_start")

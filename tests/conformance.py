@@ -89,6 +89,49 @@ class BackendConformance:
             pass
         assert r.rid not in backend.live_rids()
 
+    async def test_generate_stream_matches_generate(self, backend):
+        pieces: list[str] = []
+        out = await backend.generate_stream(req(max_tokens=12, temperature=0.0), pieces.append)
+        plain = await backend.generate(req(max_tokens=12, temperature=0.0))
+        assert "".join(pieces) == out.text == plain.text, "the streamed pieces join to the result's text"
+        assert out.tokens == plain.tokens and out.finish_reason == plain.finish_reason
+        if backend.capabilities.streaming and out.tokens > 2:
+            assert len(pieces) > 1, "a streaming backend delivers text before the request ends"
+        assert backend.live_rids() == set()
+
+    async def test_generate_stream_never_streams_a_stop_string(self, backend):
+        full = await backend.generate(req(max_tokens=16))
+        pieces_of_full = [w for w in full.text.split() if w]
+        if len(pieces_of_full) < 3:
+            pytest.skip("output too short to pick a stop string")
+        stop = " " + pieces_of_full[2]
+        pieces: list[str] = []
+        out = await backend.generate_stream(req(max_tokens=16, stop=(stop,)), pieces.append)
+        assert stop not in "".join(pieces) and "".join(pieces) == out.text
+
+    async def test_abort_mid_stream_frees_rid(self, backend):
+        r = req(max_tokens=self.long_tokens)
+        first = asyncio.Event()
+        pieces: list[str] = []
+
+        def on_text(piece: str) -> None:
+            pieces.append(piece)
+            first.set()
+
+        task = asyncio.ensure_future(backend.generate_stream(r, on_text))
+        await asyncio.wait_for(first.wait(), 60)
+        assert await backend.abort(r.rid) is True
+        try:
+            out = await asyncio.wait_for(task, 30)
+            assert out.finish_reason == "abort" or out.tokens < self.long_tokens
+        except asyncio.CancelledError:
+            pass
+        assert r.rid not in backend.live_rids()
+        if backend.capabilities.streaming:
+            n = len(pieces)
+            await asyncio.sleep(0.05)
+            assert len(pieces) == n, "no text after the abort"
+
     async def test_abort_unknown_rid_is_ignored(self, backend):
         assert await backend.abort("no-such-rid") is False
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import math
 import random
 
 import pytest
@@ -155,6 +156,114 @@ def test_aging_lets_a_long_program_finish_under_a_stream_of_short_ones():
     assert run_stream(aging=0.0) is None  # pure SJF starves it
     tick = run_stream(aging=200.0)
     assert tick is not None and tick <= 30  # 4900 tokens of head start / 200 per second ≈ 25 s
+
+
+def run_stream_with_backfill(aging: float, reserve_after: float, horizon: int = 120) -> tuple[int | None, int]:
+    """A long 2-request gang (500 tokens each) under ``max_tokens=1000`` while a short program
+    (one 300-token request, running 3 ticks) arrives every tick: the long gang's second request
+    never finds 500 free unless later ones stop being backfilled into what frees up.
+
+    Returns (tick at which the whole long gang was admitted or None, short requests admitted
+    past it while it waited: backfill)."""
+    clock = Clock()
+    s = Scheduler(make_policy("certa", aging=aging), AdmissionLimits(max_tokens=1000), clock=clock,
+                  reserve_after=reserve_after)
+    long = ProgramInfo("long", 0.0, est_remaining_tokens=5000.0)
+    s.register(long)
+    hog = ProgramInfo("hog", 0.0, est_remaining_tokens=1.0)  # holds the whole budget for the first 3 ticks
+    s.register(hog)
+    running: list[Ticket] = submit(s, hog, 1, est=1000)
+    assert s.admit() == running
+    ends: dict[str, int] = {running[0].rid: 3}
+    submit(s, long, 2, est=500)
+    backfilled = 0
+    for tick in range(horizon):
+        clock.t = float(tick)
+        short = ProgramInfo(f"s{tick}", clock.t, est_remaining_tokens=100.0)
+        s.register(short)
+        submit(s, short, 1, est=300)
+        for done in [t for t in running if ends[t.rid] <= tick] + [None]:
+            if done is not None:  # each release admits at once, as the async path does
+                running.remove(done)
+                s.release(done)
+            got = s.admit()
+            if s.pending("long"):  # shorts that arrived after 24.5 s queue behind it (key 100 + 200·arrival)
+                backfilled += sum(1 for t in got if t.program.arrival > 24.5)
+            for t in got:
+                ends[t.rid] = tick + 3
+            running += got
+            assert sum(t.est_tokens for t in running) <= 1000
+        if not s.pending("long"):
+            return tick, backfilled
+    return None, backfilled
+
+
+def test_aging_bound_holds_with_backfill():
+    assert run_stream_with_backfill(aging=0.0, reserve_after=5.0)[0] is None  # pure SJF starves it
+    unbounded, _ = run_stream_with_backfill(aging=200.0, reserve_after=math.inf)
+    assert unbounded is None  # unbounded backfill starves it too, although it is the head from 25 s on
+    tick, backfilled = run_stream_with_backfill(aging=200.0, reserve_after=5.0)
+    assert tick is not None and tick <= 25 + 5 + 3 + 1  # aging + reserve_after + one request's run + a tick
+    assert backfilled > 0  # short requests used the room the long gang could not, until its reservation
+    strict, none = run_stream_with_backfill(aging=200.0, reserve_after=0.0)  # head-of-line: no backfill at all
+    assert strict is not None and strict <= tick and none == 0
+
+
+def test_a_gang_that_does_not_fit_whole_starts_in_the_free_slots():
+    s = sched("certa", max_requests=4)
+    busy, head = ProgramInfo("busy", 0.0, est_remaining_tokens=9e3), ProgramInfo("head", 0.0, est_remaining_tokens=10.0)
+    first = submit(s, busy, 2)
+    assert rids(s.admit()) == rids(first)
+    submit(s, head, 4)
+    assert rids(s.admit()) == ["head-0", "head-1"]  # head-of-line admitted none: 2 slots sat idle
+    s.release(first[0])
+    assert rids(s.admit()) == ["head-2"]
+
+
+def test_backfill_fills_what_the_head_cannot_use_until_its_reservation():
+    clock = Clock()
+    s = sched("certa", clock, max_tokens=1000)
+    hog = ProgramInfo("hog", 0.0, est_remaining_tokens=1.0)
+    head = ProgramInfo("head", 0.0, est_remaining_tokens=10.0)
+    small = [ProgramInfo(f"small{i}", 0.0, est_remaining_tokens=500.0) for i in range(3)]
+    (hold,) = submit(s, hog, 1, est=700)
+    assert rids(s.admit()) == ["hog-0"]
+    submit(s, head, 1, est=400)
+    submit(s, small[0], 1, est=200)
+    assert rids(s.admit()) == ["small0-0"]  # the head needs 400 of the 300 free: the 200 behind it go
+    clock.t = 6.0  # the head has been blocked past reserve_after (5 s): its room is reserved
+    s.release(hold)
+    submit(s, small[1], 1, est=100)
+    assert rids(s.admit()) == ["head-0", "small1-0"]
+    submit(s, small[2], 1, est=500)
+    assert rids(s.admit()) == []
+
+
+def makespan(reserve_after: float, seed: int = 5) -> int:
+    """Ticks to serve a fixed set of gangs of mixed sizes under a token cap (each request: 4 ticks)."""
+    rng, clock = random.Random(seed), Clock()
+    s = Scheduler(make_policy("certa", aging=50.0), AdmissionLimits(max_tokens=1200), clock=clock,
+                  reserve_after=reserve_after)
+    for i in range(40):
+        p = ProgramInfo(f"p{i}", 0.0, est_remaining_tokens=float(rng.randint(1, 50) * 100))
+        s.register(p)
+        submit(s, p, rng.choice([1, 2, 4]), est=rng.choice([100, 300, 500]))
+    running: dict[str, tuple[Ticket, int]] = {}
+    tick = 0
+    while s.queue_depth or running:
+        clock.t = float(tick)
+        for rid, (t, end) in list(running.items()):
+            if end <= tick:
+                del running[rid]
+                s.release(t)
+        for t in s.admit():
+            running[t.rid] = (t, tick + 4)
+        tick += 1
+    return tick
+
+
+def test_backfill_uses_idle_capacity():
+    assert makespan(reserve_after=5.0) < makespan(reserve_after=0.0)  # work-conserving beats head-of-line
 
 
 def test_admission_limits_are_never_exceeded():
@@ -347,3 +456,62 @@ async def test_the_runtime_reports_a_programs_prompt_as_its_resident_prefix():
     assert result.ok and seen[0] == (0, False)  # unknown before the first result
     assert any(n > 0 and resident for n, resident in seen[2:])  # later tickets know the prompt, resident in KV
     assert rt.scheduler.ledger.prefix_kv == 0  # dropped when the program ended
+
+
+class SortedLPM(SchedulingPolicy):
+    """LPM as it was before its fallback had a heap: every admission sorts every waiting ticket."""
+
+    name = "lpm-sorted"
+
+    def key(self, ticket, now):
+        return (-ticket.cached, ticket.enqueued, ticket.seq)
+
+    def order(self, tickets, now):
+        tickets = list(tickets)
+        if len(tickets) > 128:
+            return sorted(tickets, key=lambda t: (t.enqueued, t.seq))
+        return sorted(tickets, key=lambda t: self.key(t, now))
+
+
+def lpm_trace(policy: SchedulingPolicy, seed: int) -> tuple[list[str], int]:
+    """Bursts of fan-outs (the queue passes 128 and drains below it again) from programs whose
+    prefixes become resident and are evicted under a KV budget; returns (admissions, most waiting)."""
+    rng, clock = random.Random(seed), Clock()
+    s = Scheduler(policy, AdmissionLimits(max_requests=8, kv_tokens=3000), clock=clock)
+    infos = [ProgramInfo(f"p{i}", 0.0, prefix_tokens=rng.choice([0, 200, 400, 800])) for i in range(30)]
+    for p in infos:
+        s.register(p)
+    running: list[Ticket] = []
+    trace, most = [], 0
+    for tick in range(600):
+        clock.t = tick * 0.1
+        if (tick // 100) % 2 == 0 and rng.random() < 0.7:  # bursts on, then off
+            p = rng.choice(infos)
+            for _ in range(rng.randint(1, 6)):
+                s.submit(s.ticket(f"r{tick}-{len(trace)}-{rng.random():.6f}", p, est_tokens=rng.choice([50, 100]),
+                                  kv_tokens=rng.choice([50, 150])))
+        if running and rng.random() < 0.8:
+            s.release(running.pop(rng.randrange(len(running))))
+        got = s.admit()
+        running += got
+        trace += [t.rid for t in got]
+        most = max(most, s.queue_depth)
+    return trace, most
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_lpm_fallback_heap_keeps_the_sorted_order(seed):
+    from certa.runtime.scheduling.policies import LPM
+
+    sorted_sizes: list[int] = []
+
+    class Spy(LPM):
+        def order(self, tickets, now):
+            tickets = list(tickets)
+            sorted_sizes.append(len(tickets))
+            return super().order(tickets, now)
+
+    got, most = lpm_trace(Spy(), seed)
+    want, _ = lpm_trace(SortedLPM(), seed)
+    assert most > 128 and len(want) > 300 and got == want  # the fallback was used, and drained back to LPM
+    assert sorted_sizes and max(sorted_sizes) <= 128  # past 128 waiting: FCFS from a heap, no sort

@@ -78,15 +78,6 @@ class Ledger:
             free += self.evict_idle(need - free, programs, keep=own)
         return need <= free or idle
 
-    def could_ever_fit(self, group: list["Ticket"]) -> bool:
-        """Would ``group`` fit into an empty system (else it may be admitted in part)?"""
-        lim = self.limits
-        if lim.max_requests is not None and len(group) > lim.max_requests:
-            return False
-        if lim.max_tokens is not None and sum(t.est_tokens for t in group) > lim.max_tokens:
-            return False
-        return lim.kv_tokens is None or sum(t.kv for t in group) + group[0].program.prefix_tokens <= lim.kv_tokens
-
     def evict_idle(self, amount: int, programs: Iterable["ProgramInfo"], keep: dict) -> int:
         """Evict resident prefixes of idle programs (least recently active first); tokens freed."""
         freed = 0

@@ -55,10 +55,14 @@ class LPM(SchedulingPolicy):
     def key(self, ticket: Ticket, now: float) -> tuple:
         return (-ticket.cached, ticket.enqueued, ticket.seq)
 
+    def fallback_key(self, ticket: Ticket) -> tuple:
+        """The FCFS key used past ``fallback_above`` (fixed once queued: the wait queue heaps it)."""
+        return (ticket.enqueued, ticket.seq)
+
     def order(self, tickets, now: float) -> list[Ticket]:
         tickets = list(tickets)
         if self.fallback_above is not None and len(tickets) > self.fallback_above:
-            return sorted(tickets, key=lambda t: (t.enqueued, t.seq))
+            return sorted(tickets, key=self.fallback_key)
         return sorted(tickets, key=lambda t: self.key(t, now))
 
     def priority(self, ticket: Ticket, now: float) -> float:

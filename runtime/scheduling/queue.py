@@ -19,6 +19,22 @@ What a policy promises is its :attr:`~certa.runtime.scheduling.scheduler.Schedul
   waiting tickets with ``policy.order``, as before. A policy subclass that overrides ``key`` or
   ``order`` without declaring its own ``key_stability`` is treated as ``"dynamic"``.
 
+A dynamic, non-gang policy may declare a stable fallback, as LPM does (SGLang's: plain FCFS when
+more than ``fallback_above`` requests wait): ``fallback_above`` and ``fallback_key(t)``, a key
+fixed once ``t`` is queued, which ``order`` must follow when more than ``fallback_above`` tickets
+are given. The queue then keeps a second heap by ``fallback_key``: above the threshold an
+admission pops it (O(log n) per request), at or below it sorts at most ``fallback_above``
+tickets (a bounded cost, O(f log f) with f = 128 for LPM). The order is the sort's exactly. LPM
+with ``fallback_above=None`` stays on the sort path: its key moves whenever a program's prefix
+becomes resident or is evicted — which the ledger does in the middle of an admission, while
+that admission's order must stay the one computed at its start (the sort's snapshot) — so a
+heap would need every such move re-keyed after the admission and a way to tell it which
+programs moved; not worth it for a mode SGLang itself does not have.
+
+Admission may pass over a unit it cannot admit (backfill, see ``Scheduler.admit``): the heap
+units ``groups`` yields are popped as they are yielded and the ones still waiting are pushed
+back when the iteration ends (``close()`` it), so passing over k units costs O(k log n).
+
 Example:
     >>> from certa.runtime.scheduling.scheduler import ProgramInfo, SchedulingPolicy, Ticket
     >>> q = WaitQueue(SchedulingPolicy())
@@ -70,6 +86,9 @@ class WaitQueue:
         self._heap: list[tuple[Any, int, int, "Ticket"]] = []  # (key, position, version, ticket)
         self._positions = itertools.count()
         self._stale = False  # every key may have changed: rebuild the heap before the next pop
+        fallback = getattr(policy, "fallback_above", None) if self.mode == "dynamic" and not self._gang else None
+        self._fallback: int | None = fallback if callable(getattr(policy, "fallback_key", None)) else None
+        self._fifo: list[tuple[Any, int, "Ticket"]] = []  # (fallback_key, position, ticket), when declared
         self.with_waiter = 0  # waiting tickets with an async waiter (release pumps only then)
 
     def __len__(self) -> int:
@@ -82,6 +101,15 @@ class WaitQueue:
     def heap(self) -> bool:
         return self.mode != "dynamic"
 
+    @property
+    def sorting(self) -> bool:
+        """The next admission sorts every waiting ticket (a dynamic policy, not past its fallback)."""
+        return not self.heap and (self._fallback is None or len(self._items) <= self._fallback)
+
+    def has_program(self, program_id: str) -> bool:
+        """Does ``program_id`` have a waiting ticket?"""
+        return program_id in self._by_program
+
     def push(self, t: "Ticket", now: float = 0.0) -> None:
         t.qpos = pos = next(self._positions)
         t.qver = 0
@@ -92,6 +120,8 @@ class WaitQueue:
             self.with_waiter += 1
         if self.heap and not self._stale and (not self._gang or len(mine) == 1):
             self._enter(t, now)
+        elif self._fallback is not None:
+            heapq.heappush(self._fifo, (self.policy.fallback_key(t), pos, t))  # type: ignore[attr-defined]
 
     def remove(self, t: "Ticket") -> bool:
         """Take ``t`` out (admitted or discarded). False if it was not waiting."""
@@ -111,6 +141,9 @@ class WaitQueue:
             self.with_waiter -= 1
         if self.heap and len(self._heap) > 2 * len(self._items) + 64:
             self._stale = True  # mostly dead entries: rebuild (amortized O(1) per removal)
+        elif self._fallback is not None and len(self._fifo) > 2 * len(self._items) + 64:
+            self._fifo[:] = [e for e in self._fifo if e[2].qpos == e[1]]  # drop dead entries (amortized O(1))
+            heapq.heapify(self._fifo)  # in place: an admission iterating it keeps the same list
         return True
 
     def of_program(self, program_id: str) -> list["Ticket"]:
@@ -159,11 +192,13 @@ class WaitQueue:
     def groups(self, now: float) -> Iterator[list["Ticket"]]:
         """Admission units in policy order: single tickets, or a gang policy's whole program.
 
-        The consumer takes (``remove``) every ticket of a unit before asking for the next one,
-        or stops; a dynamic policy's order is computed once per call, like the old sort.
+        After each unit the consumer takes (``remove``) its tickets, some of them, or none (it
+        passes over the unit: backfill), then asks for the next or stops; it must ``close()``
+        the iterator when done (a unit passed over goes back in the heap then). A program
+        already yielded is not yielded again. A sorting policy's order is computed once per call.
         """
         gang = self.policy.gang
-        if not self.heap:
+        if self.sorting:
             ordered = self.policy.order(list(self._items.values()), now)
             if not gang:
                 yield from ([t] for t in ordered)
@@ -173,10 +208,41 @@ class WaitQueue:
                 units.setdefault(t.program.program_id, []).append(t)
             yield from units.values()
             return
+        if not self.heap:  # past the fallback threshold: its stable key, from its own heap
+            yield from self._fallback_units()
+            return
         key = self.policy.key
-        while (t := self._top(now)) is not None:
-            if not gang:
+        popped: list[tuple[Any, int, int, Ticket]] = []
+        seen: set[Any] = set()
+        try:
+            while (t := self._top(now)) is not None:
+                popped.append(heapq.heappop(self._heap))
+                unit = t.program.program_id if gang else t.qpos
+                if unit in seen:
+                    continue  # a gang partly taken re-entered under its next ticket
+                seen.add(unit)
+                if not gang:
+                    yield [t]
+                    continue
+                mine = self._by_program[t.program.program_id].values()
+                yield sorted(mine, key=lambda m: (key(m, now), m.qpos)) if len(mine) > 1 else [t]
+        finally:
+            for entry in popped:  # units passed over keep their place
+                _, pos, ver, t = entry
+                if t.qpos == pos and t.qver == ver:
+                    heapq.heappush(self._heap, entry)
+
+    def _fallback_units(self) -> Iterator[list["Ticket"]]:
+        fifo, popped = self._fifo, []
+        try:
+            while fifo:
+                entry = heapq.heappop(fifo)
+                t = entry[2]
+                if t.qpos != entry[1]:
+                    continue  # it left the queue
+                popped.append(entry)
                 yield [t]
-                continue
-            mine = self._by_program[t.program.program_id].values()
-            yield sorted(mine, key=lambda m: (key(m, now), m.qpos)) if len(mine) > 1 else [t]
+        finally:
+            for entry in popped:
+                if entry[2].qpos == entry[1]:
+                    heapq.heappush(fifo, entry)

@@ -3,7 +3,7 @@
 Every request a program sends becomes a :class:`Ticket`. The scheduler admits tickets to
 the backend while the :class:`AdmissionLimits` allow, in the order its
 :class:`SchedulingPolicy` gives. Gang policies (``policy.gang``) admit a program's pending
-tickets together. The SAME policy object also orders an engine's per-iteration batch
+tickets together; admission is work-conserving with a bounded backfill (:meth:`Scheduler.admit`). The SAME policy object also orders an engine's per-iteration batch
 (``order``, over the admitted tickets: :meth:`Scheduler.lookup`), gives backends with native
 priority their priority (``priority``, ``rank``) and orders the simulator's queues. Policies live in :mod:`certa.runtime.scheduling.policies`.
 
@@ -33,6 +33,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from certa.runtime.errors import ConfigError
 from certa.runtime.scheduling.admission import AdmissionLimits, Ledger
 from certa.runtime.scheduling.queue import WaitQueue
 
@@ -149,11 +150,20 @@ class Scheduler:
         policy: the ordering policy (default FCFS). ``limits``: admission caps.
         clock: time source (the simulator passes its own). ``on_evict``: called with a
             program id when its idle prefix is evicted to make KV room.
+        reserve_after: seconds a blocked head unit lets later units backfill before its
+            capacity is reserved (see :meth:`admit`); 0 = strict head-of-line, ``math.inf`` =
+            unbounded backfill (may starve a large unit).
+        backfill_depth: units looked at behind a blocked head per admission (bounds its cost).
     """
 
     def __init__(self, policy: SchedulingPolicy | None = None, limits: AdmissionLimits | None = None,
                  clock: Callable[[], float] = time.monotonic,
-                 on_evict: Callable[[str], None] | None = None) -> None:
+                 on_evict: Callable[[str], None] | None = None, *, reserve_after: float = 5.0,
+                 backfill_depth: int = 16) -> None:
+        if not reserve_after >= 0 or backfill_depth < 0:
+            raise ConfigError(f"reserve_after and backfill_depth must be >= 0, not {reserve_after}, {backfill_depth}")
+        self.reserve_after, self.backfill_depth = float(reserve_after), int(backfill_depth)
+        self._blocked: dict[str, float] = {}  # unit (program id under a gang policy, else rid) -> blocked since
         self._waiting = WaitQueue(policy or SchedulingPolicy())
         self.ledger = Ledger(limits or AdmissionLimits(), on_evict)
         self.clock = clock
@@ -169,6 +179,7 @@ class Scheduler:
     @policy.setter
     def policy(self, value: SchedulingPolicy) -> None:  # waiting tickets re-queue in arrival order
         waiting, self._waiting = list(self._waiting), WaitQueue(value)
+        self._blocked.clear()
         for t in waiting:
             self._waiting.push(t, self.clock())
 
@@ -187,6 +198,7 @@ class Scheduler:
 
     def unregister(self, program_id: str) -> None:
         info = self.programs.pop(program_id, None)
+        self._blocked.pop(program_id, None)
         if info is not None and info.program_id == program_id:  # the owner, not a sub-program's alias
             self.ledger.drop_prefix(info)
             self.policy.observe_finish(info)
@@ -220,40 +232,93 @@ class Scheduler:
 
     def discard(self, t: Ticket) -> bool:
         """Drop a waiting ticket (its program exited). True if it was waiting."""
-        return self._waiting.remove(t)
+        if not self._waiting.remove(t):
+            return False
+        if self._blocked:
+            self._unblock(t)
+        return True
 
     # ---- admission ------------------------------------------------------------------
     def _take(self, t: Ticket) -> None:
         self.ledger.take(t, self.clock())
         self._running[t.rid] = t
 
+    def _unit(self, t: Ticket) -> str:
+        return t.program.program_id if self.policy.gang else t.rid
+
+    def _unblock(self, t: Ticket) -> None:
+        """``t`` left the queue: its unit's blocked-since mark goes once the unit has no ticket waiting."""
+        unit = self._unit(t)
+        if unit in self._blocked and not (self.policy.gang and self._waiting.has_program(unit)):
+            del self._blocked[unit]
+
+    def _start(self, t: Ticket, snapshot: bool, admitted: list[Ticket]) -> None:
+        self._waiting.remove(t)
+        if self._blocked:
+            self._unblock(t)
+        if not snapshot:
+            t.cached = t.program.prefix_tokens if t.program.prefix_resident else 0
+        self._take(t)
+        admitted.append(t)
+
     def admit(self) -> list[Ticket]:
         """Admit waiting tickets in policy order while the limits allow; returns them in order.
 
-        Head-of-line: when the most urgent unit (a ticket, or a program's whole gang) does
-        not fit, nothing behind it is admitted, so aging keeps its no-starvation promise.
-        A gang that can never fit at once, or whose program already runs, is admitted in part.
-        Policies with a stable key take the next unit from a heap: O(log n) per admission.
+        Work-conserving with a bounded backfill, so aging keeps its no-starvation promise:
+
+        1. Units (a ticket, or a gang policy's program) go in policy order. The first unit
+           whose tickets do not all fit — the *head* — is admitted in part: its tickets, in
+           order, while each fits. (A gang of 4 with 2 slots free starts 2 now: its round
+           ends when its last branch does, no later than if it had waited for 4 free slots,
+           and the slots do not sit idle.) What stops the head is one ticket that does not fit.
+        2. Behind a blocked head, later units that fit *whole* in what is free now are
+           admitted (backfill; at most ``backfill_depth`` units looked at), while the head has
+           been blocked for less than ``reserve_after`` seconds. After that nothing passes it
+           (its capacity is reserved) until all its tickets are admitted. Under a request cap
+           alone step 1 already fills every free slot, so backfill only acts on token/KV limits.
+
+        Bound: a unit at the head waits at most ``reserve_after`` plus the time the requests
+        in flight when its reservation starts take to free its room — the head-of-line bound
+        plus ``reserve_after`` — and aging makes every waiting unit the head eventually.
+        Policies with a stable key take the next unit from a heap: O(log n) per admission
+        (plus O(log n) per unit passed over).
         """
-        if not self._waiting or self.ledger.full:
+        q = self._waiting
+        if not q or self.ledger.full:
             return []
         now = self.clock()
-        if not self._waiting.heap:  # LPM: a program's prefix is warm while it is resident
-            for t in self._waiting:
+        snapshot = q.sorting  # a dynamic order (LPM) is computed from the prefixes resident now
+        if snapshot:
+            for t in q:
                 t.cached = t.program.prefix_tokens if t.program.prefix_resident else 0
         admitted: list[Ticket] = []
-        for group in self._waiting.groups(now):
-            whole = self.unlimited or self.ledger.fits(group, self.programs.values())
-            if not whole and group[0].program.inflight == 0 and self.ledger.could_ever_fit(group):
-                break  # wait until the whole gang fits
-            for t in group:
-                if not whole and not self.ledger.fits([t], self.programs.values()):
-                    return admitted
-                self._waiting.remove(t)
-                if self._waiting.heap:
-                    t.cached = t.program.prefix_tokens if t.program.prefix_resident else 0
-                self._take(t)
-                admitted.append(t)
+        programs, fits, unlimited = self.programs.values(), self.ledger.fits, self.unlimited
+        head: Ticket | None = None
+        looked = 0
+        units = q.groups(now)
+        try:
+            for group in units:
+                if head is None:
+                    for t in group:
+                        if not unlimited and not fits([t], programs):
+                            head = t
+                            break
+                        self._start(t, snapshot, admitted)
+                    if head is not None:
+                        since = self._blocked.setdefault(self._unit(head), now)
+                        if now - since >= self.reserve_after:
+                            break  # reserved: nothing passes the head
+                elif looked >= self.backfill_depth:
+                    break
+                else:
+                    looked += 1
+                    if fits(group, programs):
+                        for t in group:
+                            self._start(t, snapshot, admitted)
+                if self.ledger.full:
+                    break
+        finally:
+            units.close()
         return admitted
 
     def release(self, t: Ticket) -> None:

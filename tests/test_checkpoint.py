@@ -178,6 +178,57 @@ async def test_a_failed_step_is_retried_by_the_next_run_of_the_thread(saver):
     assert sent(rt.backend) == Counter({("vote", 4): 1, ("finish", 5): 1}) and r.answer == reference().answer
 
 
+class Lanes(ct.State):
+    seen: ct.Appended[list[tuple[str, int]]] = []
+    joins: int = 0
+
+
+def lanes() -> ct.CompiledGraph:
+    """START sends 3 lanes (dict payloads) through work -> a -> b; ``total`` joins them all."""
+    g = ct.Graph(Lanes, name="lanes")
+
+    @g.step
+    async def work(s, ctx):
+        await ctx.gen(f"work {ctx.payload['lane']}")
+        return {"seen": [("work", ctx.payload["lane"])]}
+
+    @g.step
+    async def a(s, ctx):
+        await ctx.gen(f"a {ctx.branch}")
+        return {"seen": [("a", ctx.branch)]}
+
+    @g.step
+    async def b(s, ctx):
+        await ctx.gen(f"b {ctx.branch}")
+        return {"seen": [("b", ctx.branch)]}
+
+    @g.step
+    def total(s):
+        return {"joins": s.joins + 1}
+
+    g.branch(ct.START, lambda s: [ct.Send("work", {"lane": i}) for i in range(3)], destinations=["work"],
+             max_fanout=3)
+    g.sequence("work", "a", "b").join("total", after="work")
+    g.answer(lambda s: s.joins)
+    return g.compile()
+
+
+@pytest.mark.parametrize("crash", [(("work", 2), ("work", 1), [2, "work", {"lane": 2}]),
+                                   (("a", 4), ("a", 3), [4, "a", None])])
+async def test_a_crash_inside_joined_lanes_resumes_with_the_join_still_waiting_for_every_lane(saver, crash):
+    (step, branch), saved, in_flight = crash
+    ref = ct.Runtime(ct.ScriptedBackend()).run_sync(lanes())
+    await _crash_while(saver, step, branch, program=lanes(), saved=saved)
+    pending = saver.latest("t1").data["pending"]
+    assert in_flight in pending and saver.latest("t1").data["groups"]   # a Send payload saved; the join waits
+    done_before = {(c.step, c.branch) for c in saver.history("t1") if c.step}
+    rt = ct.Runtime(ct.ScriptedBackend(), checkpointer=saver)
+    r = await rt.run(lanes(), thread_id="t1")
+    assert not done_before & set(sent(rt.backend))
+    assert r.answer == 1 == ref.answer and sorted(r.state.seen) == sorted(ref.state.seen)
+    assert isinstance(r.state.seen[0], tuple)   # tuples come back through JSON as the model's type
+
+
 # ---- interrupts and human edits --------------------------------------------------------
 def test_interrupt_before_pauses_then_update_state_and_a_second_run_resume(saver):
     rt = ct.Runtime(ct.ScriptedBackend(), checkpointer=saver)

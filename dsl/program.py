@@ -103,9 +103,9 @@ class GraphProgram(Program):
         self.history.append((step, branch))
         if step == self.compiled.knob_step:
             self.knob_used += 1
-        if not checkpointing.hold_route(self, step, branch):  # an interrupt routes it on resume
+        if self._held.idle or not checkpointing.hold_route(self, step, branch):  # held: routed on resume
             self._after(step, branch)
-        return self._more()
+        return bool(self._tasks) or self._more()
 
     def _after(self, step: str, branch: int) -> None:
         """Route a finished, merged branch: launch its successors, then count it out of its join."""
@@ -341,7 +341,7 @@ class GraphProgram(Program):
             self._groups[group][1] += 1
             self._group_of[branch] = group
         self._branches[branch] = (spec.name, payload)
-        if not checkpointing.hold_launch(self, spec.name, branch):  # an interrupt starts it on resume
+        if self._held.idle or not checkpointing.hold_launch(self, spec.name, branch):  # held: started on resume
             self._start(spec, branch, payload)
 
     def _start(self, spec: StepSpec, branch: int, payload: Any) -> None:

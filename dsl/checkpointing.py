@@ -47,11 +47,12 @@ if TYPE_CHECKING:  # pragma: no cover
 class Held:
     """Interrupt bookkeeping of one graph program: which steps interrupt, what a pause holds."""
 
-    __slots__ = ("before", "after", "pausing", "launches", "routes", "done_before")
+    __slots__ = ("before", "after", "idle", "pausing", "launches", "routes", "done_before")
 
     def __init__(self) -> None:
         self.before: frozenset[str] = frozenset()
         self.after: frozenset[str] = frozenset()
+        self.idle = True  # no interrupt set: nothing is ever held (the per-branch fast path)
         self.pausing: tuple[str, str] | None = None  # the interrupt that started the pause
         self.launches: list[int] = []  # branches allocated but not started
         self.routes: list[tuple[str, int]] = []  # branches merged but not routed, in completion order
@@ -111,7 +112,9 @@ def set_interrupts(prog: "GraphProgram", before: Any, after: Any) -> None:
                 close = difflib.get_close_matches(s, names, n=1)
                 raise UnknownStepError(f"{which} names unknown step {s!r}", program=prog.name, step=s,
                                        hint=f"did you mean {close[0]!r}?" if close else f"steps: {', '.join(names)}")
-    prog._held.before, prog._held.after = frozenset(before or ()), frozenset(after or ())
+    held = prog._held
+    held.before, held.after = frozenset(before or ()), frozenset(after or ())
+    held.idle = not (held.before or held.after)
 
 
 def state_json(prog: "GraphProgram") -> str:

@@ -117,9 +117,19 @@ class Runtime:
     async def _run_thread(self, program: Any, inputs: dict[str, Any], thread_id: Any, before: Sequence[str],
                           after: Sequence[str], return_errors: bool) -> Result:
         """``run`` on a checkpointed thread (one run of a thread at a time: CT220)."""
-        with ThreadRun(self, thread_id, before, after) as thread:
+        try:
+            thread = ThreadRun(self, thread_id, before, after).__enter__()
+        except CertaError as exc:  # no checkpointer, a bad thread id, the thread already running
+            if not return_errors:
+                raise
+            name = getattr(program, "name", None) or getattr(program, "__name__", type(program).__name__)
+            return Result(program_id=f"{name}@{thread_id}", name=name, answer=None, state=None,
+                          exit_reason="error", error=exc)
+        try:
             self._thread_programs[thread_id] = program
             result = await self._run(program, inputs, parent=None, thread=thread)
+        finally:
+            thread.__exit__()
         if result.error is not None and not return_errors:
             raise result.error from result.error.__cause__
         return result

@@ -319,6 +319,8 @@ async def test_a_thread_runs_once_at_a_time_and_states_must_be_json(saver):
     await asyncio.sleep(0)
     with pytest.raises(CheckpointError, match="already running"):
         await rt.run(build(), question="q", thread_id="t1")
+    again = await rt.run(build(), question="q", thread_id="t1", return_errors=True)   # a batch's view
+    assert again.exit_reason == "error" and isinstance(again.error, CheckpointError)
     assert (await first).exit_reason == "done"
 
     class Opaque(ct.State):
@@ -335,3 +337,13 @@ async def test_a_thread_runs_once_at_a_time_and_states_must_be_json(saver):
 class _Hand(ct.Program):
     async def execute(self, ctx):
         return False
+
+
+def test_run_many_runs_each_item_on_its_own_thread(saver):
+    rt = ct.Runtime(ct.ScriptedBackend(), checkpointer=saver)
+    items = [(build(), {"question": q, "thread_id": f"job-{q}"}) for q in ("a", "b")]
+    results = rt.run_many_sync(items)
+    assert [r.exit_reason for r in results] == ["done", "done"] and saver.threads() == ["job-a", "job-b"]
+    n = len(rt.backend.requests)
+    assert [r.answer for r in rt.run_many_sync(items)] == [r.answer for r in results]   # finished: not rerun
+    assert len(rt.backend.requests) == n

@@ -47,6 +47,8 @@ class CompiledGraph:
     """A validated graph + policy. ``new(**inputs)`` makes a runnable :class:`GraphProgram`.
 
     ``graph`` is a sealed snapshot (:meth:`Graph.snapshot`) of the graph ``compile()`` validated.
+    ``feeds_knob``: the steps whose every way to the end goes through the knob step; once the
+    knob cap is spent none of them starts (docs/concepts.md, "Knob").
     """
 
     graph: Graph
@@ -54,6 +56,7 @@ class CompiledGraph:
     name: str
     knob_step: str | None
     reducers: dict[str, Any]
+    feeds_knob: frozenset[str] = frozenset()
 
     def new(self, **inputs: Any):
         from certa.dsl.program import GraphProgram
@@ -220,6 +223,17 @@ def _knob_step(g: Graph, dg: nx.DiGraph) -> str | None:
     return None
 
 
+def _feeds_knob(g: Graph, dg: nx.DiGraph, knob_step: str | None) -> frozenset[str]:
+    """Steps that lead into the knob step and cannot reach ``END`` without it: work for a knob
+    unit (a debate's speeches before the round's knob step), pointless once the cap is spent."""
+    if knob_step is None or g.knob.cap is None:
+        return frozenset()
+    rest = dg.copy()
+    rest.remove_node(knob_step)
+    free = nx.ancestors(rest, END)
+    return frozenset(n for n in nx.ancestors(dg, knob_step) if n in g.steps and n != knob_step and n not in free)
+
+
 def _check_writes(g: Graph) -> None:
     fields = set(g.state.model_fields)
     for s in g.steps.values():
@@ -289,4 +303,4 @@ def compile_graph(g: Graph, policy: Policy | None, *, name: str | None = None) -
                                              program=g.name, step=sig, hint=f"signals: {sorted(names)}")
     _check_writes(g)
     _warn(g)
-    return CompiledGraph(g, policy, name or g.name, knob_step, reducers_of(g.state))
+    return CompiledGraph(g, policy, name or g.name, knob_step, reducers_of(g.state), _feeds_knob(g, dg, knob_step))

@@ -132,7 +132,8 @@ class Graph:
         """Declare a step ``(state, ctx) -> update dict`` (async or sync; ``ctx`` optional).
 
         ``fanout=n`` launches n parallel branches each time the step is entered;
-        ``knob=True`` marks the step whose launches the knob counts.
+        ``knob=True`` marks the knob step: its finished branches are the knob's units, and
+        the cap bounds how many start (docs/concepts.md, "Knob").
         """
         self._open("add a step")
 

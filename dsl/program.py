@@ -179,7 +179,7 @@ class GraphProgram(Program):
 
     def cap_reached(self) -> bool:
         """Never between steps: the graph enforces its cap when launching (:meth:`_launch`), so
-        branches in flight and steps after the knob step still finish."""
+        branches in flight and steps after the knob step still finish (docs/concepts.md, Knob)."""
         return False
 
     def update_certaindex(self) -> dict[str, float] | None:
@@ -326,9 +326,10 @@ class GraphProgram(Program):
                 group: int | None = None) -> None:
         """Start one branch of ``spec``; ``lane``: its (fan-out, lane) when it is one of several;
         ``group``: the join group it belongs to (see :meth:`_finish_in_group`)."""
-        if spec.name == self.compiled.knob_step and self.knob.cap is not None:
-            spent = self.tokens.main if self.knob.unit == "tokens" else self.launches[spec.name]
-            if spent >= self.knob.cap:
+        knob_step = self.compiled.knob_step
+        if self.knob.cap is not None and (spec.name == knob_step or spec.name in self.compiled.feeds_knob):
+            spent = self.tokens.main if self.knob.unit == "tokens" else self.launches[knob_step]
+            if spent >= self.knob.cap:  # the cap is spent: no knob unit, nor work only for one, starts
                 self.hit_cap = True
                 return
         if spec.max_visits is not None and self.launches[spec.name] >= spec.max_visits:

@@ -5,8 +5,10 @@
 
 Each round both agents answer in parallel (``Send``s to ``speak``, seeing what the other said the
 round before); the join ``close_round`` runs once both have spoken. Certaindex is 1.0 when the
-last full round agrees, so the debate stops at consensus, else after ROUNDS rounds (the knob
-counts rounds). The scripted backend is a fake, so the answer means nothing.
+last full round agrees, so the debate stops at consensus, else after exactly ROUNDS rounds: the
+knob counts ``close_round`` (rounds), and once its cap is spent no ``speak`` starts either, since
+a speech can only lead to another round (docs/concepts.md, "Knob"). The scripted backend is a
+fake, so the answer means nothing.
 """
 
 from collections import Counter
@@ -26,8 +28,8 @@ class Debate(ct.State):
 debate = ct.Graph(Debate, knob=ct.Knob("iterations", cap=ROUNDS), name="debate")
 
 
-def next_round(s: Debate) -> list[ct.Send] | str:
-    return ct.END if s.round >= ROUNDS else [ct.Send("speak", agent) for agent in AGENTS]
+def next_round(s: Debate) -> list[ct.Send]:                       # the knob cap ends the debate
+    return [ct.Send("speak", agent) for agent in AGENTS]
 
 
 @debate.step
@@ -60,7 +62,7 @@ def answer(s: Debate):
 
 debate.branch(ct.START, next_round, destinations=["speak"], max_fanout=len(AGENTS))
 debate.join("close_round", after="speak")
-debate.branch("close_round", next_round, destinations=["speak", ct.END], max_fanout=len(AGENTS))
+debate.branch("close_round", next_round, destinations=["speak"], max_fanout=len(AGENTS))
 program = debate.compile(policy=ct.Threshold(0.99, detect_at=1, every=1))
 
 if __name__ == "__main__":

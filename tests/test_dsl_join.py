@@ -265,7 +265,7 @@ def test_debate_stops_at_consensus_or_after_exactly_its_rounds():
     stubborn = ct.Runtime(ct.ScriptedBackend(
         responses=lambda req: "\\boxed{1}" if "alice" in req.prompt.split(".")[0] else "\\boxed{2}"))
     r = stubborn.run_sync(debate.program, question="q")
-    assert r.exit_reason == "done" and r.state.round == debate.ROUNDS == r.knob_used
+    assert r.exit_reason == "cap" and r.state.round == debate.ROUNDS == r.knob_used
     assert len(r.state.said) == 2 * debate.ROUNDS and r.answer == "1"   # no extra round after the last
     agree = ct.Runtime(ct.ScriptedBackend(responses=["\\boxed{5}"])).run_sync(debate.program, question="q")
     assert agree.exit_reason == "certaindex" and agree.state.round == 1 and agree.answer == "5"

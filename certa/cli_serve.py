@@ -75,6 +75,9 @@ def serve(
     keep_alive_timeout: float = typer.Option(5.0, help="seconds an idle keep-alive connection stays open"),
     max_connections: int = typer.Option(1024, help="open connections at once; past it requests get 503"),
     max_header_bytes: int = typer.Option(64 << 10, help="largest request head in bytes (more: 400)"),
+    preset: Optional[str] = typer.Option(None, help="--backend sim: the simulated GPU x model (cost model and KV "
+                                         "pool, ESTIMATES; default h200-r1-distill-qwen-7b)"),
+    speed: Optional[float] = typer.Option(None, help="--backend sim: engine seconds per wall second (default 1)"),
 ) -> None:
     """Serve reasoning programs behind an OpenAI-compatible API with certaindex early exit.
 
@@ -93,6 +96,10 @@ def serve(
         except ValidationError as exc:
             err = exc.errors()[0]
             raise ConfigError(f"--{str(err['loc'][0]).replace('_', '-')}: {err['msg']}") from None
+        sim = {k: v for k, v in (("preset", preset), ("speed", speed)) if v is not None}
+        if sim and backend != "sim":
+            raise ConfigError("--preset and --speed are options of --backend sim")
+        backend_opt = [*backend_opt, *(f"{k}={v}" for k, v in sim.items())]
         server = _build_server(program, backend, model, url, backend_opt, scheduler, max_concurrent=max_concurrent,
                                max_knob=max_knob, max_tokens=max_tokens, max_inflight=max_inflight,
                                max_request_s=max_request_seconds, answer_format=answer_format)

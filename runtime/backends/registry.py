@@ -5,7 +5,7 @@ resolve names here; the CLI help lists :data:`BACKENDS` with its help lines.
 
 Example:
     >>> BACKENDS.names()
-    ['scripted', 'llamacpp', 'openai', 'sglang', 'sglang-http']
+    ['scripted', 'llamacpp', 'openai', 'sglang', 'sglang-http', 'sim']
     >>> type(make_backend("scripted", responses=["\\\\boxed{4}"])).__name__
     'ScriptedBackend'
 """
@@ -32,6 +32,9 @@ BACKENDS.register("sglang", "certa.runtime.backends.sglang.engine:SGLangEngineBa
                   help="SGLang engine in process, on a GPU", install="pip install 'certa[sglang]'")
 BACKENDS.register("sglang-http", "certa.runtime.backends.sglang.http:SGLangHTTPBackend",
                   help="SGLang server(s) over HTTP", install="pip install 'certa[sglang]'")
+BACKENDS.register("sim", "certa.runtime.sim.contention:ContentionBackend",
+                  help="SIMULATED engine (cost model, KV pool, batching; estimated presets) in real time, "
+                       "for load tests: options preset, speed")
 
 
 def make_backend(name: str, **options: Any) -> Backend:

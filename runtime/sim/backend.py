@@ -127,10 +127,11 @@ class SimBackend(Backend):
         r = SimRequest(rid, req.program_id or req.prefix_hint or rid, prompt=prompt, output=max(1, output),
                        shared=shared, extends_prefix=extends_prefix, kind=kind, max_tokens=max_tokens)
         info = self.scheduler.programs.get(r.pid) if self.scheduler is not None else None
-        r.ticket = Ticket(rid, info or ProgramInfo(r.pid, arrival=loop.time()), loop.time(), seq=next(self._seq))
+        now = self.engine_time(loop)
+        r.ticket = Ticket(rid, info or ProgramInfo(r.pid, arrival=loop.time()), now, seq=next(self._seq))
         fut = loop.create_future()
         self._live[rid] = (r, fut)
-        self.engine.add(r, loop.time())
+        self.engine.add(r, now)
         self._wake(loop)
         try:
             await fut
@@ -147,17 +148,30 @@ class SimBackend(Backend):
         when_idle = getattr(loop, "call_when_idle", loop.call_soon)  # real time: step at once
         when_idle(lambda: self._step(loop))
 
+    # ---- time: the loop's own (virtual, or real with one iteration a step); subclasses map it
+    def engine_time(self, loop: asyncio.AbstractEventLoop) -> float:
+        """The engine's clock now (here the loop's)."""
+        return loop.time()
+
+    def horizon(self, loop: asyncio.AbstractEventLoop, now: float) -> float:
+        """How far (engine time) one step may run decode iterations before it must look again."""
+        next_deadline = getattr(loop, "next_deadline", None)
+        until = next_deadline() if next_deadline is not None else now  # real time: one iteration
+        return until if until is not None else float("inf")
+
+    def schedule_end(self, loop: asyncio.AbstractEventLoop, start: float, end: float, done: list[SimRequest]) -> None:
+        """Call :meth:`_complete` when the step ending at engine time ``end`` is over."""
+        loop.call_at(end, self._complete, loop, done)
+
     def _step(self, loop: asyncio.AbstractEventLoop) -> None:
         self._wake_pending = False
         self._drop_ended_programs()
         if self.engine.idle:
             return
-        now = loop.time()
-        next_deadline = getattr(loop, "next_deadline", None)
-        until = next_deadline() if next_deadline is not None else now  # real time: one iteration
-        t, done = self.engine.step(now, until if until is not None else float("inf"))
+        now = self.engine_time(loop)
+        t, done = self.engine.step(now, self.horizon(loop, now))
         self._busy = True
-        loop.call_at(t, self._complete, loop, done)
+        self.schedule_end(loop, now, t, done)
 
     def _complete(self, loop: asyncio.AbstractEventLoop, done: list[SimRequest]) -> None:
         self._busy = False

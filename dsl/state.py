@@ -120,17 +120,24 @@ def _plain_types(annotation: Any) -> frozenset[type]:
     return frozenset()
 
 
-_CHECKS: dict[tuple[type, str], _FieldCheck] = {}
+_CHECKS: dict[type, dict[str, _FieldCheck]] = {}  # state class -> field -> its check (fields seen so far)
 
 
-def _check_of(cls: type[BaseModel], key: str) -> _FieldCheck:
-    check = _CHECKS.get((cls, key))
+def _check_of(cls: type[BaseModel], key: str) -> _FieldCheck | None:
+    """The check for field ``key`` of ``cls`` (None: no such field), built on first use."""
+    checks = _CHECKS.get(cls)
+    if checks is None:
+        checks = _CHECKS[cls] = {}
+    check = checks.get(key)
     if check is None:
-        info, reducer = cls.model_fields[key], reducers_of(cls).get(key)
+        info = cls.model_fields.get(key)
+        if info is None:
+            return None
+        reducer = reducers_of(cls).get(key)
         decorators = cls.__pydantic_decorators__
         validated = any(key in d.info.fields or "*" in d.info.fields for d in decorators.field_validators.values())
         constrained = validated or bool(decorators.model_validators) or any(m is not reducer for m in info.metadata)
-        check = _CHECKS[(cls, key)] = _FieldCheck(info.annotation, constrained)
+        check = checks[key] = _FieldCheck(info.annotation, constrained)
     return check
 
 
@@ -171,23 +178,28 @@ def apply_update(state: BaseModel, update: dict[str, Any], reducers: dict[str, C
     with the hint "did you forget await?" for an awaitable, and CT201 naming a reducer that raised.
     """
     cls = type(state)
-    known = cls.model_fields
+    checks = _CHECKS.get(cls) or {}
     for key, value in update.items():
-        if key not in known:
+        check = checks.get(key) or _check_of(cls, key)
+        if check is None:
             raise UnknownStateKeyError(f"step returned key {key!r}, which the state has no field for",
                                        program=program, step=step, branch=branch,
-                                       hint=f"state fields: {', '.join(known)}")
-        check = _check_of(cls, key)
+                                       hint=f"state fields: {', '.join(cls.model_fields)}")
         r = reducers.get(key)
         if r is None:
             if type(value) in check.exact:
                 object.__setattr__(state, key, value)
                 continue
-        elif check.items and (r is append or r is extend):
-            items = _as_list(value) if r is append else value
-            if isinstance(items, (list, tuple)) and all(type(x) in check.items for x in items):
-                object.__setattr__(state, key, r(getattr(state, key), items))
-                continue
+        elif check.items and (r is append or r is extend):  # the fast path of list fields: new items only
+            items = value if r is extend or type(value) is list or type(value) is tuple else [value]
+            if type(items) is list or type(items) is tuple:
+                ok = check.items
+                for x in items:
+                    if type(x) not in ok:
+                        break
+                else:  # what append/extend return, without the calls: [*(old or []), *items]
+                    object.__setattr__(state, key, [*(getattr(state, key) or ()), *items])
+                    continue
         elif type(value) in check.exact:  # e.g. max_ over floats: merge, and check the merged value's type
             new = _merge(r, getattr(state, key), value, key, program, step, branch)
             if type(new) in check.exact:

@@ -47,8 +47,8 @@ class CompiledGraph:
     """A validated graph + policy. ``new(**inputs)`` makes a runnable :class:`GraphProgram`.
 
     ``graph`` is a sealed snapshot (:meth:`Graph.snapshot`) of the graph ``compile()`` validated.
-    ``feeds_knob``: the steps whose every way to the end goes through the knob step; once the
-    knob cap is spent none of them starts (docs/concepts.md, "Knob").
+    ``feeds_knob``: when the knob step is a join, the steps of a round before it (the fan-out it
+    joins and its lanes); once the knob cap is spent none of them starts (docs/concepts.md, "Knob").
     """
 
     graph: Graph
@@ -223,15 +223,14 @@ def _knob_step(g: Graph, dg: nx.DiGraph) -> str | None:
     return None
 
 
-def _feeds_knob(g: Graph, dg: nx.DiGraph, knob_step: str | None) -> frozenset[str]:
-    """Steps that lead into the knob step and cannot reach ``END`` without it: work for a knob
-    unit (a debate's speeches before the round's knob step), pointless once the cap is spent."""
-    if knob_step is None or g.knob.cap is None:
+def _feeds_knob(g: Graph, knob_step: str | None) -> frozenset[str]:
+    """When the knob step is a join (one unit = one round: a fan-out and the join closing it),
+    the round's steps before the join: the fan-out step and its lanes' later steps. None of
+    them starts once the cap is spent, since their round could never be closed and counted."""
+    after = next((a for a, join in g.joins if join == knob_step), None)
+    if after is None or g.knob.cap is None:
         return frozenset()
-    rest = dg.copy()
-    rest.remove_node(knob_step)
-    free = nx.ancestors(rest, END)
-    return frozenset(n for n in nx.ancestors(dg, knob_step) if n in g.steps and n != knob_step and n not in free)
+    return frozenset({after, *_lane_steps(g, after, knob_step)} - {knob_step})
 
 
 def _check_writes(g: Graph) -> None:
@@ -303,4 +302,4 @@ def compile_graph(g: Graph, policy: Policy | None, *, name: str | None = None) -
                                              program=g.name, step=sig, hint=f"signals: {sorted(names)}")
     _check_writes(g)
     _warn(g)
-    return CompiledGraph(g, policy, name or g.name, knob_step, reducers_of(g.state), _feeds_knob(g, dg, knob_step))
+    return CompiledGraph(g, policy, name or g.name, knob_step, reducers_of(g.state), _feeds_knob(g, knob_step))

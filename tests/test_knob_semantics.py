@@ -1,6 +1,7 @@
 """The knob counts what docs/concepts.md ("Knob") says: finished branches of the knob step; the
-cap bounds how many start, and once it is spent no step that only leads into the knob step
-starts either, so a debate with a cap of N rounds runs exactly N rounds (issue 21)."""
+cap bounds how many start; when the knob step is a join, once the cap is spent no branch of
+the fan-out it joins (or of its lanes) starts either, so a debate with a cap of N rounds runs
+exactly N rounds (issue 21)."""
 
 from __future__ import annotations
 
@@ -57,9 +58,9 @@ def test_the_counted_unit_is_the_knob_steps_finished_branches():
     program = debate(5, knob_on="speak", unit="branches")   # the knob counts speeches, not rounds
     r = run(program)
     assert r.knob_used == 5 == program.new().knob_cap and r.program_id
-    assert len(r.state.said) == 5 and r.state.round == 2    # round 3 starts one speech: the cap cuts it
-    assert program.feeds_knob == frozenset({"close_round"})  # it only leads to more speeches
-    assert debate(3).feeds_knob == frozenset({"speak"})
+    assert len(r.state.said) == 5 and r.state.round == 3    # round 3 starts one speech: a partial round, joined
+    assert program.feeds_knob == frozenset()                # the knob step is not a join: no round to keep whole
+    assert debate(3).feeds_knob == frozenset({"speak"})     # a join knob: its fan-out is the round's work
 
 
 def test_steps_that_can_end_without_the_knob_step_still_run_after_the_cap():

@@ -6,9 +6,9 @@
 Each round both agents answer in parallel (``Send``s to ``speak``, seeing what the other said the
 round before); the join ``close_round`` runs once both have spoken. Certaindex is 1.0 when the
 last full round agrees, so the debate stops at consensus, else after exactly ROUNDS rounds: the
-knob counts ``close_round`` (rounds), and once its cap is spent no ``speak`` starts either, since
-a speech can only lead to another round (docs/concepts.md, "Knob"). The scripted backend is a
-fake, so the answer means nothing.
+knob counts the join ``close_round`` (rounds), and once its cap is spent no ``speak`` starts
+either, since that round could not be closed (docs/concepts.md, "Knob"). The scripted backend is
+a fake, so the answer means nothing.
 """
 
 from collections import Counter
@@ -21,6 +21,7 @@ AGENTS, ROUNDS = ("alice", "bob"), 3
 
 class Debate(ct.State):
     question: str
+    seed: int = 0                                                   # debates with other seeds differ
     round: int = 0                                                  # rounds closed so far
     said: ct.Appended[list[tuple[int, str, str]]] = []             # (round, agent, answer)
 
@@ -37,7 +38,7 @@ async def speak(s: Debate, ctx: ct.Context):
     others = [f"{a} answered {t}." for r, a, t in s.said if r == s.round - 1 and a != ctx.payload]
     prompt = (f"You are {ctx.payload}. {s.question}\n" + "".join(f"{o}\n" for o in others)
               + "Put the final answer in \\boxed{}.")
-    out = await ctx.gen(prompt, temperature=0.7, seed=ctx.branch, max_tokens=512, chat=True)
+    out = await ctx.gen(prompt, temperature=0.7, seed=s.seed * 1000 + ctx.branch, max_tokens=512, chat=True)
     return {"said": [(s.round, ctx.payload, extract_answer(out.text, "gsm8k") or "")]}
 
 

@@ -515,3 +515,33 @@ def test_lpm_fallback_heap_keeps_the_sorted_order(seed):
     want, _ = lpm_trace(SortedLPM(), seed)
     assert most > 128 and len(want) > 300 and got == want  # the fallback was used, and drained back to LPM
     assert sorted_sizes and max(sorted_sizes) <= 128  # past 128 waiting: FCFS from a heap, no sort
+
+
+def test_stop_calibration_learns_that_programs_hovering_below_the_threshold_continue():
+    pol = CertaSJF(aging=0.0, min_history=3)
+    s = Scheduler(pol, AdmissionLimits(max_requests=1), clock=Clock())
+    for i in range(3):  # three finished programs: one point at 4 with certaindex 0.5, continued to the cap
+        p = ProgramInfo(f"h{i}", 0.0, knob_cap=16)
+        s.register(p)
+        p.knob_used, p.certaindex, p.tokens_per_step, p.est_remaining_tokens = 4, 0.5, 100.0, 470.0
+        s.rekey(p)  # the Runtime does this after a certaindex point
+        s.ticket(f"h{i}-next", p)  # it asked for more: continued
+        p.knob_used, p.tokens = 16, 1600
+        s.unregister(f"h{i}")
+    for i in range(3):  # three that stopped at their point (certaindex 0.9)
+        p = ProgramInfo(f"e{i}", 0.0, knob_cap=16)
+        s.register(p)
+        p.knob_used, p.certaindex, p.tokens_per_step, p.est_remaining_tokens = 4, 0.9, 100.0, 0.0
+        s.rekey(p)
+        p.tokens = 400
+        s.unregister(f"e{i}")
+    assert pol.calibration.bins == {5: [0, 3], 9: [3, 0]}
+    hover = ProgramInfo("hover", 0.0, knob_cap=16, knob_used=4, certaindex=0.5, tokens_per_step=100.0,
+                        est_remaining_tokens=470.0)  # the threshold's estimate: ~4.7 steps left
+    s.register(hover)
+    s.rekey(hover)
+    assert pol.remaining(hover) == 100.0 * (4 + 1.0 * (16 - 4 - 4))  # calibrated: continues to the cap
+    fresh = ProgramInfo("fresh", 0.0, knob_cap=16)  # no point yet: the finished programs' mean steps (10)
+    assert pol.remaining(fresh) == 100.0 * 10
+    ts = [Ticket("hover-0", hover, 0.0, seq=0), Ticket("fresh-0", fresh, 0.0, seq=1)]
+    assert rids(pol.order(ts, 0.0)) == ["fresh-0", "hover-0"]  # uncalibrated, 470 < 1000 put hover first

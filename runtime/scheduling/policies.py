@@ -12,6 +12,10 @@ queue, the llama.cpp engine's batch, SGLang priorities and the simulator's queue
   ``ProgramInfo.est_remaining_tokens``, see :func:`remaining_steps`) plus an aging credit
   that makes every older program eventually beat every newer one, so none starves. The
   key does not drift while a request waits, so SGLang priorities set at submission stay valid.
+  Learned online (:class:`StopCalibration`): how often programs at a given certaindex
+  actually stop at a point, so one hovering below the threshold (which the stop policy's own
+  estimate expects to pass soon) is seen to run on; before a program's first point, the
+  finished programs' mean steps (capped by its knob cap) rather than the cap.
 * ``certa-nocd`` — the same without certaindex: remaining work from history only
   (tokens per step × (historical steps per program − steps done)).
 
@@ -107,6 +111,71 @@ class History:
         return self.steps / self.n if self.n else None
 
 
+class StopCalibration:
+    """How often programs stop at a certaindex point, by certaindex (tenths), learned online.
+
+    A stop policy's own estimate (``Threshold.expected_remaining``: a program below the
+    threshold by a fraction ``x`` continues with probability ``x``) is optimistic for programs
+    that hover just below it and never pass. Here each certaindex point of a program is resolved
+    as *continued* when the program asks for another request (or reaches another point) and as
+    *stopped* when it leaves below its cap — known one request later, with no need to wait
+    for long programs to finish. With ``min_samples`` outcomes in a point's bin, a waiting
+    program's remaining steps are ``r + p·(cap − k − r)``: ``r`` its knob units per point so
+    far, ``p`` the bin's continue rate (persistence: its next point is like its last).
+    """
+
+    def __init__(self, min_samples: int = 5) -> None:
+        self.min_samples = min_samples
+        self.bins: dict[int, list[int]] = {}  # bin -> [stopped, continued]
+        self._open: dict[str, int] = {}  # program -> bin of its last point, not yet resolved
+        self._points: dict[str, int] = {}  # program -> certaindex points so far
+
+    @staticmethod
+    def bin(c: float | None) -> int:
+        return -1 if c is None else min(10, max(0, int(c * 10 + 1e-9)))
+
+    def _resolve(self, pid: str, continued: bool) -> bool:
+        b = self._open.pop(pid, None)
+        if b is None:
+            return False
+        st = self.bins.setdefault(b, [0, 0])
+        before = self._rate(b)
+        st[1 if continued else 0] += 1
+        after = self._rate(b)
+        return before is None and after is not None or (before is not None and abs(after - before) > 0.05)  # type: ignore[operator]
+
+    def _rate(self, b: int) -> float | None:
+        st = self.bins.get(b)
+        return st[1] / (st[0] + st[1]) if st and st[0] + st[1] >= self.min_samples else None
+
+    def point(self, info: ProgramInfo) -> bool:
+        """A certaindex point: the previous one was continued past. True if a bin's rate moved."""
+        pid = info.program_id
+        moved = self._resolve(pid, True)
+        self._open[pid] = self.bin(info.certaindex)
+        self._points[pid] = self._points.get(pid, 0) + 1
+        return moved
+
+    def request(self, info: ProgramInfo) -> None:
+        self._resolve(info.program_id, True)  # asking for more work: it continued past its last point
+
+    def finished(self, info: ProgramInfo) -> None:
+        pid = info.program_id
+        if info.knob_cap is None or info.knob_used < info.knob_cap:
+            self._resolve(pid, False)
+        self._open.pop(pid, None)
+        self._points.pop(pid, None)
+
+    def remaining_steps(self, info: ProgramInfo) -> float | None:
+        """Calibrated knob units still to run, or None (too few outcomes in its bin, no cap)."""
+        points = self._points.get(info.program_id)
+        p = self._rate(self.bin(info.certaindex))
+        if p is None or not points or info.knob_cap is None:
+            return None
+        per_point = info.knob_used / points
+        return per_point + p * max(0.0, info.knob_cap - info.knob_used - per_point)
+
+
 class CertaSJF(SchedulingPolicy):
     """Gang scheduling + approximate SJF on remaining work + aging (``certa``/``certa-nocd``).
 
@@ -116,13 +185,15 @@ class CertaSJF(SchedulingPolicy):
         use_certaindex: read ``est_remaining_tokens`` (``certa``) or estimate from history
             only (``certa-nocd``).
         prior_tokens_per_step / prior_steps: estimates before any history exists.
+        min_history: finished programs (and outcomes per certaindex bin) before history and
+            calibration replace the cap and the stop policy's estimate (``certa`` only).
     """
 
     gang = True
     key_stability = "program"  # changes with the program's estimate (Scheduler.rekey) or the history
 
     def __init__(self, aging: float = 50.0, use_certaindex: bool = True, prior_tokens_per_step: float = 1000.0,
-                 prior_steps: float = 4.0) -> None:
+                 prior_steps: float = 4.0, min_history: int = 5) -> None:
         if aging < 0:
             raise ConfigError(f"aging must be >= 0, not {aging}")
         self.aging = aging
@@ -130,6 +201,8 @@ class CertaSJF(SchedulingPolicy):
         self.prior_tokens_per_step = prior_tokens_per_step
         self.prior_steps = prior_steps
         self.history = History()
+        self.min_history = min_history
+        self.calibration = StopCalibration(min_samples=min_history)
         self.name = "certa" if use_certaindex else "certa-nocd"
         self._epoch: float | None = None  # first arrival seen: keeps keys (and SGLang ints) small
 
@@ -140,10 +213,15 @@ class CertaSJF(SchedulingPolicy):
     def remaining(self, info: ProgramInfo) -> float:
         """Estimated decode tokens still to come for this program."""
         if self.use_certaindex and info.est_remaining_tokens is not None:
+            calibrated = self.calibration.remaining_steps(info)
+            if calibrated is not None:
+                return self.tokens_per_step(info) * calibrated
             return max(0.0, info.est_remaining_tokens)
         tps = self.tokens_per_step(info)
-        if self.use_certaindex:
+        if self.use_certaindex:  # no certaindex yet: to the cap, or as far as finished programs went on average
             steps = info.knob_cap if info.knob_cap is not None else self.prior_steps
+            if self.history.n >= self.min_history:
+                steps = min(steps, self.history.steps_per_program)  # type: ignore[type-var]
         else:
             steps = self.history.steps_per_program or info.knob_cap or self.prior_steps
             if info.knob_cap is not None:
@@ -166,6 +244,15 @@ class CertaSJF(SchedulingPolicy):
 
     def observe_finish(self, info: ProgramInfo) -> None:
         self.history.add(info)
+        if self.use_certaindex:
+            self.calibration.finished(info)
+
+    def observe_progress(self, info: ProgramInfo) -> bool:
+        return self.use_certaindex and self.calibration.point(info)
+
+    def observe_request(self, info: ProgramInfo) -> None:
+        if self.use_certaindex:
+            self.calibration.request(info)
 
 
 POLICIES: Registry[SchedulingPolicy] = Registry("scheduling policy")
@@ -200,4 +287,4 @@ def remaining_steps(policy: "Policy | None", program: "Program") -> float:
     return float(policy.expected_remaining(program))
 
 
-__all__ = ["AppFIFO", "CertaSJF", "History", "LPM", "POLICIES", "make_policy", "remaining_steps"]
+__all__ = ["AppFIFO", "CertaSJF", "History", "LPM", "POLICIES", "StopCalibration", "make_policy", "remaining_steps"]

@@ -139,6 +139,13 @@ class SchedulingPolicy:
     def observe_finish(self, info: ProgramInfo) -> None:
         """Called when a program leaves the scheduler (policies that learn from history)."""
 
+    def observe_progress(self, info: ProgramInfo) -> bool:
+        """Called at each certaindex point (:meth:`Scheduler.rekey`); True: every key may have moved."""
+        return False
+
+    def observe_request(self, info: ProgramInfo) -> None:
+        """Called for each new ticket of a program (:meth:`Scheduler.ticket`)."""
+
 
 FCFS = SchedulingPolicy
 
@@ -210,6 +217,8 @@ class Scheduler:
         Whoever updates a ProgramInfo the policy keys on calls this (the Runtime does after each
         certaindex point); policies with ``key_stability = "ticket"`` or ``"dynamic"`` ignore it.
         """
+        if self.policy.observe_progress(info):
+            self._waiting.rekey_all()
         self._waiting.rekey(info.program_id, self.clock())
 
     def pending(self, program_id: str) -> list[Ticket]:
@@ -223,6 +232,7 @@ class Scheduler:
 
     def ticket(self, rid: str, program: ProgramInfo, est_tokens: int = 0, prefix_hint: str | None = None,
                kv_tokens: int | None = None) -> Ticket:
+        self.policy.observe_request(program)
         return Ticket(rid=rid, program=program, enqueued=self.clock(), est_tokens=est_tokens,
                       prefix_hint=prefix_hint, seq=next(self._seq), kv_tokens=kv_tokens)
 

@@ -1,13 +1,20 @@
 """Choose the default SC stopping policy by leave-one-dataset-out; score it beside its peers.
 
-Every method family gets one fixed parameter per scored trace set, chosen on the *other* dev
-sets only (leave-one-dataset-out), by one rule: among the grid points that stay within
+Every method family gets one fixed parameter per scored trace set, chosen on the sets of the
+*other* datasets only (leave-one-dataset-out: a GSM8K set is never scored with a parameter
+picked on any GSM8K set), by one rule: among the grid points that stay within
 ``--tolerance`` accuracy points of full-budget majority voting on **every** training set,
 the one with the lowest mean token ratio over them (ties: the earlier, more conservative
-point; none feasible: the full budget). Families:
+point; none feasible: the full budget). Dev sets: the GSM8K x16 and MATH-500 x8 traces of
+the 1.5B model and, for more variety without touching reserved rows, the GSM8K file split
+into two x8 sets (samples 0-7 and 8-15 of every problem: a "weak model, 8 samples" analogue).
+Families:
 
-- ``default`` — :class:`~certa.algorithms.policies.votes.VoteStop`: the weighted-vote Beta
-  certaindex (invalid samples weigh 0, weight ``1 - length_weight * tokens/budget``), ``tau``;
+- ``default`` — :class:`~certa.algorithms.policies.votes.StableVote`: stop when the
+  posterior-predictive probability that the full-budget vote differs from today's is
+  <= ``delta``;
+- ``weighted-vote`` — :class:`~certa.algorithms.policies.votes.VoteStop` (the previous
+  default): the weighted-vote Beta certaindex, ``tau`` x ``length_weight``;
 - ``esc`` (window), ``adaptive-consistency`` (threshold), ``even`` (budget as a fraction of
   the samples N, so it transfers between 8- and 16-sample sets);
 - ``oracle`` (each draw order stops at the fewest samples whose vote is the vote of all; a
@@ -19,7 +26,9 @@ replays of the whole trace file (``--orders`` seeded draw orders per problem) wi
 bootstrap 95% CIs over problems; reserved rows are refused.
 
     python benchmarks/sc_default.py --json docs/results/sc_default.json --png docs/results/sc_default.png \\
-        [--traces gsm8k=data/traces/gsm8k_dev_qwen2.5-coder-1.5b.jsonl.gz ...] [--orders 20]
+        [--traces gsm8k=data/traces/gsm8k_dev_qwen2.5-coder-1.5b.jsonl.gz@0:8 ...] [--orders 20] [--seed 0]
+
+(``NAME=PATH[@LO:HI]``: samples LO..HI-1 of every problem; the dataset is the traces' ``dataset``.)
 
 Not a timed test.
 """
@@ -33,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from certa.algorithms.policies import ESC, AdaptiveConsistency, policy_from_dict
-from certa.algorithms.policies.votes import SC_DEFAULT, VoteStop
+from certa.algorithms.policies.votes import SC_DEFAULT
 from certa.eval.calibration import check_not_reserved
 from certa.eval.evalstats import compare
 from certa.eval.replay_eval import Replayer, Scores
@@ -41,16 +50,20 @@ from certa.eval.traces import load_traces
 from certa.runtime.policy import Even, Policy
 
 ROOT = Path(__file__).resolve().parents[1]
-DEV = {"gsm8k-1.5b": "data/traces/gsm8k_dev_qwen2.5-coder-1.5b.jsonl.gz",
-       "math500-1.5b": "data/traces/math500_dev_qwen2.5-coder-1.5b.jsonl.gz"}
+GSM8K, MATH500 = "data/traces/gsm8k_dev_qwen2.5-coder-1.5b.jsonl.gz", "data/traces/math500_dev_qwen2.5-coder-1.5b.jsonl.gz"
+DEV = {"gsm8k-1.5b": GSM8K, "gsm8k-1.5b-x8a": f"{GSM8K}@0:8", "gsm8k-1.5b-x8b": f"{GSM8K}@8:16",
+       "math500-1.5b": MATH500}
+DELTAS = (0.01, 0.02, 0.03, 0.04, 0.05, 0.06, 0.08, 0.1, 0.15, 0.2)
 FRACTIONS = tuple(i / 8 for i in range(1, 9))
 
 
 def families() -> dict[str, list[dict[str, Any]]]:
     """Each family's grid, most conservative first (a ``Policy.from_dict`` spec, or an even fraction)."""
+    stable = [{"kind": "stable_vote", "delta": d, "min_samples": 2, "alpha": 1.0, "horizon": None, "same": "math"}
+              for d in DELTAS]
     vote = [{"kind": "vote", "tau": t, "length_weight": a, "confidence_floor": None, "min_samples": 2,
-             "same": "math"} for t in (0.95, 0.9, 0.85, 0.8, 0.75, 0.7) for a in (0.0, 0.25, 0.5, 0.75, 1.0)]
-    return {"default": vote,
+             "same": "math"} for t in (0.95, 0.9, 0.85, 0.8, 0.75, 0.7) for a in (0.0, 0.25, 0.5)]
+    return {"default": stable, "weighted-vote": vote,
             "esc": [ESC(window=w).to_dict() for w in (8, 6, 5, 4, 3, 2)],
             "adaptive-consistency": [AdaptiveConsistency(t).to_dict() for t in (0.999, 0.99, 0.95, 0.9, 0.85, 0.8)],
             "even": [{"kind": "even_fraction", "fraction": f} for f in reversed(FRACTIONS)]}
@@ -67,8 +80,13 @@ class DevSet:
 
     def __init__(self, name: str, path: str, orders: int, seed: int) -> None:
         self.name, self.path = name, path
-        problems = load_traces(ROOT / path if not Path(path).is_absolute() else path)
+        file, _, window = path.partition("@")
+        problems = load_traces(ROOT / file if not Path(file).is_absolute() else file)
         check_not_reserved(problems, None)
+        if window:
+            lo, hi = (int(x) for x in window.split(":"))
+            problems = [p.model_copy(update={"samples": p.samples[lo:hi]}) for p in problems]
+        self.dataset = str((problems[0].model_extra or {}).get("dataset") or file)
         self.rep = Replayer(problems, "sc", seed=seed, orders=orders)
         self.n = self.rep.n_samples
         self.even = [self.rep.run(Even(k)) for k in range(1, self.n + 1)]
@@ -109,7 +127,7 @@ def run(sets: list[DevSet], tolerance: float, reps: int, seed: int) -> dict[str,
     report: dict[str, Any] = {"sets": {}, "shipped": shipped, "shipped_default_matches_code": shipped["default"]
                               == SC_DEFAULT, "SC_DEFAULT": SC_DEFAULT}
     for d in sets:
-        train = [t for t in sets if t is not d]
+        train = [t for t in sets if t.dataset != d.dataset]
         methods: dict[str, Any] = {}
         full = d.even[-1]
         methods["full-majority"] = row(d, full, reps, seed, policy={"kind": "even", "cap": d.n})
@@ -126,7 +144,8 @@ def run(sets: list[DevSet], tolerance: float, reps: int, seed: int) -> dict[str,
         peers = [methods[p]["tokens"] for p in ("esc", "adaptive-consistency", "even")]
         m = methods["default"]
         report["sets"][d.name] = {
-            "traces": d.path, "problems": len(d.rep.problems), "samples": d.n, "orders": d.rep.orders,
+            "traces": d.path, "dataset": d.dataset, "problems": len(d.rep.problems), "samples": d.n,
+            "orders": d.rep.orders,
             "methods": methods,
             "targets": {"within_0.5pt": m["accuracy_delta"] >= -0.005 - 1e-12,
                         "fewer_tokens_than_best_peer": m["tokens"] < min(peers),
@@ -139,19 +158,19 @@ def plot(report: dict[str, Any], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    names = ["default", "esc", "adaptive-consistency", "even", "oracle"]
+    names = ["default", "weighted-vote", "esc", "adaptive-consistency", "even", "oracle"]
     sets = list(report["sets"])
-    fig, axes = plt.subplots(1, len(sets), figsize=(5.5 * len(sets), 4.2), squeeze=False)
+    fig, axes = plt.subplots(1, len(sets), figsize=(4.6 * len(sets), 4.2), squeeze=False)
     for ax, s in zip(axes[0], sets):
         ms = report["sets"][s]["methods"]
         ratios = [ms[n]["token_ratio"] for n in names]
-        bars = ax.bar(range(len(names)), ratios, color=["C3", "C0", "C1", "C2", "0.6"])
+        bars = ax.bar(range(len(names)), ratios, color=["C3", "C4", "C0", "C1", "C2", "0.6"])
         for b, n in zip(bars, names):
             ax.text(b.get_x() + b.get_width() / 2, b.get_height() + 0.01,
                     f"{100 * ms[n]['accuracy_delta']:+.1f}pt", ha="center", fontsize=8)
-        ax.set_xticks(range(len(names)), ["default", "ESC", "AC", "even(k)", "oracle"], fontsize=8)
+        ax.set_xticks(range(len(names)), ["default", "w-vote", "ESC", "AC", "even(k)", "oracle"], fontsize=8)
         ax.set_ylim(0, 1.1)
-        ax.set_title(f"{s}: chosen on the other set(s)", fontsize=9)
+        ax.set_title(f"{s}: chosen on the other dataset", fontsize=9)
         ax.set_ylabel("tokens / full-budget majority")
         ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()

@@ -1,11 +1,11 @@
 """Self-Consistency: entropy certaindex, detection-step threshold, majority vote, aborts, the shipped
-weighted-vote default (scripted fake backend)."""
+stable-vote default (scripted fake backend)."""
 
 from __future__ import annotations
 
 import certa as ct
 from certa.algorithms.policies import ESC
-from certa.algorithms.policies.votes import SC_DEFAULT, VoteStop
+from certa.algorithms.policies.votes import SC_DEFAULT, StableVote
 from certa.algorithms.programs.self_consistency import sc_program
 from certa.algorithms.signals import entropy_certainty
 
@@ -75,24 +75,24 @@ async def test_esc_policy_reads_the_answers_protocol():
     assert (r.exit_reason, r.knob_used) == ("esc", 6), "window 1 holds the odd answer; window 2 agrees"
 
 
-def test_the_default_policy_is_the_shipped_vote_rule():
+def test_the_default_policy_is_the_shipped_stable_vote_rule():
     policy = sc_program().policy
-    assert isinstance(policy, VoteStop) and policy.to_dict() == SC_DEFAULT
+    assert isinstance(policy, StableVote) and policy.to_dict() == SC_DEFAULT
 
 
-async def test_default_stops_once_two_short_complete_branches_agree():
+async def test_default_stops_once_three_branches_agree_out_of_sixteen():
     b = ct.ScriptedBackend(responses=by_branch({}, "7"))
     r = await ct.Runtime(b).run(sc_program(branches_per_round=1, cap=16, max_tokens=512), question="q")
-    assert (r.exit_reason, r.knob_used, r.answer) == ("certaindex", 2, "7"), "one vote never stops it"
-    assert r.state.complete == [True, True] and all(0 < x < 0.05 for x in r.state.lengths)
-    assert r.state.confidence == [None, None], "no logprobs asked for: confidence unknown"
+    assert (r.exit_reason, r.knob_used, r.answer) == ("certaindex", 3, "7"), "P(change) 0.082 at 2, 0.029 at 3"
+    assert r.state.complete == [True] * 3 and all(0 < x < 0.05 for x in r.state.lengths)
+    assert r.state.confidence == [None] * 3, "no logprobs asked for: confidence unknown"
 
 
-async def test_default_gives_truncated_and_empty_branches_no_vote():
-    # branch 0 answers 3 but is cut at the budget, branch 1 has no extractable answer: neither counts
+async def test_default_waits_longer_after_a_rival_and_an_empty_branch():
+    # branch 0 answers 3 (cut at the budget: it still votes), branch 1 has no extractable answer
     long = "\\boxed{3} " + "word " * 600
     text = {0: long, 1: "no answer here"}
     b = ct.ScriptedBackend(responses=lambda req: text.get(req.branch, "So \\boxed{7}."))
     r = await ct.Runtime(b).run(sc_program(branches_per_round=1, cap=16, max_tokens=512), question="q")
-    assert r.state.answers[:2] == ["3", ""] and r.state.complete == [False, False, True, True]
-    assert (r.exit_reason, r.knob_used, r.answer) == ("certaindex", 4, "7")
+    assert r.state.answers[:2] == ["3", ""] and r.state.complete[:3] == [False, False, True]
+    assert (r.exit_reason, r.knob_used, r.answer) == ("certaindex", 7, "7"), "5 sevens to one 3, 9 left of 16"

@@ -6,8 +6,8 @@
 :func:`policy_from_dict`.
 
 Example:
-    >>> STOPPING_POLICIES.names()
-    ['threshold', 'even', 'length', 'check_every', 'pareto', 'esc', 'adaptive_consistency', 'margin', 'vote']
+    >>> STOPPING_POLICIES.names()[3:]
+    ['check_every', 'pareto', 'esc', 'adaptive_consistency', 'margin', 'vote', 'stable_vote']
     >>> policy_from_dict({"kind": "esc", "window": 4})
     ESC(window=4)
 """
@@ -20,14 +20,14 @@ from certa.runtime.policy import POLICY_KINDS, Policy
 from certa.runtime.registry import Registry
 
 from certa.algorithms.policies.stopping import ESC, AdaptiveConsistency, CheckEvery, MajorityMargin, Pareto
-from certa.algorithms.policies.votes import VoteStop
+from certa.algorithms.policies.votes import StableVote, VoteStop
 
 __all__ = ["STOPPING_POLICIES", "policy_from_dict"]
 
 STOPPING_POLICIES: Registry[Policy] = Registry("policy kind", include=(POLICY_KINDS,))
 """Every built-in stopping policy, keyed by its ``kind``."""
 
-for _cls in (CheckEvery, Pareto, ESC, AdaptiveConsistency, MajorityMargin, VoteStop):
+for _cls in (CheckEvery, Pareto, ESC, AdaptiveConsistency, MajorityMargin, VoteStop, StableVote):
     STOPPING_POLICIES.register(_cls.kind, _cls)  # help: the class docstring's first line
 
 

@@ -1,4 +1,11 @@
-r"""Weighted-vote stopping for Self-Consistency, and the shipped default SC policy.
+r"""Vote-based stopping for Self-Consistency, and the shipped default SC policy.
+
+:class:`StableVote` (the default) stops when the vote can hardly change any more: when
+:func:`~certa.algorithms.signals.votes.majority_change_probability` — the posterior-predictive
+probability that the vote of the whole budget (``knob_cap`` samples) would differ from the vote
+now — is at most ``delta``. ``delta`` means the same on every data set (a chance of answering
+differently from full-budget majority voting), the rule needs the remaining budget and so
+stops sooner when few samples are left, and it waits longer when the answers seen are diverse.
 
 :class:`VoteStop` stops when the vote certaindex of
 :func:`~certa.algorithms.signals.votes.vote_certainty` — the Beta probability that the
@@ -19,6 +26,9 @@ Example:
     ...                    complete=[True, True, True]), knob_value=3, policy_marks={})
     >>> VoteStop(0.9).decide(prog)
     Decision(stop=True, reason='certaindex')
+    >>> prog = NS(state=NS(answers=["18", "18", "18"]), knob_value=3, knob_cap=16, policy_marks={})
+    >>> StableVote(0.04).decide(prog), round(StableVote(0.04).change_probability(prog), 4)
+    (Decision(stop=True, reason='certaindex'), 0.0294)
     >>> sc_default_policy().to_dict() == SC_DEFAULT
     True
 """
@@ -33,20 +43,30 @@ from certa.runtime.policy import CONTINUE, Decision, Policy
 
 from certa.algorithms.answers.clustering import Same, cluster
 from certa.algorithms.policies.stopping import ESC, AdaptiveConsistency
-from certa.algorithms.signals.votes import VoteView, beta_half, leader_weights, vote_view, vote_weights
+from certa.algorithms.signals.votes import (VoteView, beta_half, leader_weights, majority_change_probability,
+                                            vote_counts, vote_view, vote_weights)
 
 if TYPE_CHECKING:  # pragma: no cover
     from certa.runtime.program import Program
 
-__all__ = ["SC_DEFAULT", "SC_PEERS", "VoteStop", "sc_default_policy"]
+__all__ = ["NO_CAP_HORIZON", "SC_DEFAULT", "SC_PEERS", "StableVote", "VoteStop", "sc_default_policy"]
 
-SC_DEFAULT: dict[str, Any] = {"kind": "vote", "tau": 0.8, "length_weight": 0.25, "confidence_floor": None,
-                              "min_samples": 2, "same": "math"}
+NO_CAP_HORIZON = 16
+"""The budget :class:`StableVote` assumes for a program whose knob has no cap (``sc_program``'s default cap)."""
+
+SC_DEFAULT: dict[str, Any] = {"kind": "stable_vote", "delta": 0.04, "min_samples": 2, "alpha": 1.0,
+                              "horizon": None, "same": "math"}
 """The shipped SC stopping policy (``policy_from_dict`` form); see ``docs/results/sc_default.json``."""
 
 SC_PEERS: dict[str, dict[str, Any]] = {"esc": ESC(window=3).to_dict(),
                                        "adaptive-consistency": AdaptiveConsistency(0.9).to_dict()}
 """ESC's and Adaptive-Consistency's fixed parameters chosen by the same rule on the same dev sets."""
+
+
+@functools.lru_cache(maxsize=65536)
+def _counts(answers: tuple, same: str) -> tuple[tuple[int, ...], int]:
+    sizes, empty = vote_counts(list(answers), same)
+    return tuple(sizes), empty
 
 
 @functools.lru_cache(maxsize=65536)
@@ -102,6 +122,58 @@ class VoteStop(Policy):
         return f"VoteStop(tau={self.tau}, length_weight={self.length_weight})"
 
 
-def sc_default_policy() -> VoteStop:
+class StableVote(Policy):
+    """Stop when P(the full-budget majority vote differs from the vote now) <= ``delta``.
+
+    Args:
+        delta: the accepted chance of answering differently from voting on the whole budget, in (0, 1).
+        min_samples: never stop before this many samples (answers, empty ones included).
+        alpha: the Dirichlet prior added to each answer seen (1.0: uniform, as Adaptive-Consistency).
+        horizon: the budget when the program's knob has no cap (``None``: :data:`NO_CAP_HORIZON`).
+        same: answer equivalence (``"math"`` as ``sc_program`` votes).
+    """
+
+    kind = "stable_vote"
+
+    def __init__(self, delta: float = 0.04, min_samples: int = 2, alpha: float = 1.0, horizon: int | None = None,
+                 same: Same = "math") -> None:
+        if not 0.0 < delta < 1.0:
+            raise ConfigError(f"stable_vote delta must be in (0, 1), got {delta}")
+        if min_samples < 1:
+            raise ConfigError(f"min_samples must be >= 1, got {min_samples}")
+        if not alpha > 0.0:
+            raise ConfigError(f"stable_vote alpha must be > 0, got {alpha}")
+        if horizon is not None and horizon < 1:
+            raise ConfigError(f"stable_vote horizon must be >= 1, got {horizon}")
+        self.delta, self.min_samples, self.alpha, self.horizon, self.same = \
+            float(delta), min_samples, float(alpha), horizon, same
+
+    def change_probability(self, program: Program) -> float:
+        """The certaindex this rule reads (see :func:`majority_change_probability`)."""
+        answers = list(getattr(program.state, "answers", None) or [])
+        n = len(answers)
+        cap = getattr(program, "knob_cap", None)
+        budget = cap if cap is not None else (self.horizon if self.horizon is not None else NO_CAP_HORIZON)
+        used = getattr(program, "knob_value", n) if cap is not None else n
+        counts, empty = _counts(tuple(answers), self.same) if isinstance(self.same, str) else \
+            vote_counts(answers, self.same)
+        return majority_change_probability(counts, empty, max(0, budget - used), alpha=self.alpha)
+
+    def decide(self, program: Program) -> Decision:
+        answers = getattr(program.state, "answers", None) or []
+        cap = getattr(program, "knob_cap", None)
+        if len(answers) < self.min_samples or (cap is not None and getattr(program, "knob_value", 0) >= cap):
+            return CONTINUE  # at the cap the program ends there anyway ("cap", not a certaindex exit)
+        return Decision(True, "certaindex") if self.change_probability(program) <= self.delta else CONTINUE
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "delta": self.delta, "min_samples": self.min_samples, "alpha": self.alpha,
+                "horizon": self.horizon, "same": self.same if isinstance(self.same, str) else "custom"}
+
+    def __repr__(self) -> str:
+        return f"StableVote(delta={self.delta})"
+
+
+def sc_default_policy() -> StableVote:
     """A fresh instance of the shipped SC default (:data:`SC_DEFAULT`)."""
-    return VoteStop(**{k: v for k, v in SC_DEFAULT.items() if k != "kind"})
+    return StableVote(**{k: v for k, v in SC_DEFAULT.items() if k != "kind"})

@@ -9,10 +9,11 @@ list is the protocol that ESC, Adaptive-Consistency and margin policies read; ``
 ``confidence`` (lowest-window mean token logprob, when the backend returns logprobs) sit
 beside it, one entry per branch, for the vote policies.
 
-Default policy: :func:`~certa.algorithms.policies.votes.sc_default_policy` — the weighted-vote
-certaindex (:mod:`~certa.algorithms.signals.votes`) checked after every finished branch,
-chosen by leave-one-dataset-out on the dev traces (``docs/algorithms.md``). The paper's rule,
-``Threshold(0.55, detect_at=4, every=4)``, is one ``policy=`` away.
+Default policy: :func:`~certa.algorithms.policies.votes.sc_default_policy` — stable vote: stop
+once the chance that the vote of all ``cap`` branches would differ from the vote now is at most
+4% (:func:`~certa.algorithms.signals.votes.majority_change_probability`), checked after every
+finished branch; chosen by leave-one-dataset-out on the dev traces (``docs/algorithms.md``).
+The paper's rule, ``Threshold(0.55, detect_at=4, every=4)``, is one ``policy=`` away.
 
 Example:
     >>> import certa as ct
@@ -20,7 +21,7 @@ Example:
     >>> b = ct.ScriptedBackend(responses=["... so \\boxed{18}."])
     >>> r = ct.Runtime(b).run_sync(prog, question="What is 9 * 2?")
     >>> r.answer, r.exit_reason, r.knob_used
-    ('18', 'certaindex', 2)
+    ('18', 'certaindex', 3)
 """
 
 from __future__ import annotations

@@ -14,6 +14,15 @@ vote's cluster (the answer the program gives), ``w2`` the heaviest other cluster
 weights it is exactly Adaptive-Consistency's statistic. :func:`sample_confidence` computes the per-sample
 figures ``certa traces collect`` records (mean and lowest-window token logprob).
 
+:func:`majority_change_probability` answers the question an early stop actually risks: would the
+vote of the *whole* budget differ from the vote now? With the answer counts so far and ``r``
+samples still to come, the answer shares get a Dirichlet posterior (``alpha`` added to each
+seen answer, ``alpha_new`` for answers not seen yet plus the empty samples), and the next ``r``
+answers are its Dirichlet-multinomial predictive. The figure is the union bound
+``sum_j P(answer j ends ahead of the leader)`` (ties to the earliest answer, as the vote breaks
+them; all unseen answers lumped as one rival), so it is 0 once no rival can catch up and it
+grows with the remaining budget and the diversity of the answers seen.
+
 Example:
     >>> v = VoteView(["18", "18", "7"], lengths=[0.3, 0.4, 0.9], complete=[True, True, True])
     >>> round(vote_certainty(v), 4), round(vote_certainty(v, length_weight=0.5), 4)
@@ -22,10 +31,13 @@ Example:
     [1.0, 0.0, 0.0]
     >>> sample_confidence([-0.1, -0.2, -3.0, -0.1], window=2)
     {'mean_logprob': -0.85, 'min_window_logprob': -1.6}
+    >>> round(majority_change_probability([2], 0, 6), 4), majority_change_probability([4, 1], 0, 3)
+    (0.0476, 0.0)
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -33,8 +45,8 @@ from typing import Any
 
 from certa.algorithms.answers.clustering import Same, cluster, is_empty
 
-__all__ = ["VoteView", "beta_half", "leader_weights", "sample_confidence", "vote_certainty", "vote_view",
-           "vote_weights"]
+__all__ = ["VoteView", "beta_half", "leader_weights", "majority_change_probability", "sample_confidence",
+           "vote_certainty", "vote_counts", "vote_view", "vote_weights"]
 
 
 @dataclass(frozen=True)
@@ -146,3 +158,52 @@ def sample_confidence(logprobs: Sequence[float], window: int = 32) -> dict[str, 
         run += lp[i] - lp[i - w]
         low = min(low, run)
     return {"mean_logprob": round(sum(lp) / len(lp), 4), "min_window_logprob": round(low / w, 4)}
+
+
+def vote_counts(answers: Sequence[Any], same: Same = "math") -> tuple[list[int], int]:
+    """(sizes of the non-empty answer clusters in first-occurrence order, number of empty answers)."""
+    clusters = cluster(list(answers), same)
+    sizes = [len(c) for c in clusters if not is_empty(answers[c[0]])]
+    return sizes, len(answers) - sum(sizes)
+
+
+def majority_change_probability(counts: Sequence[int], empty: int, remaining: int, *, alpha: float = 1.0,
+                                alpha_new: float = 1.0) -> float:
+    """P(the majority vote after ``remaining`` more samples is not today's leader), a union bound.
+
+    ``counts``: cluster sizes in first-occurrence order (the vote's tie order); ``empty``: samples
+    with no answer. See the module docstring for the model; 1.0 when nothing has been answered.
+    """
+    if remaining < 0 or empty < 0 or any(c < 0 for c in counts) or alpha <= 0 or alpha_new < 0:
+        raise ValueError("majority_change_probability needs non-negative counts/remaining, alpha > 0, alpha_new >= 0")
+    if not counts or max(counts) == 0:
+        return 1.0
+    if remaining == 0:
+        return 0.0
+    lead = max(range(len(counts)), key=lambda i: (counts[i], -i))
+    cl = counts[lead]
+    total = sum(c + alpha for c in counts) + alpha_new + empty
+    rivals = [(counts[j], alpha, j < lead) for j in range(len(counts)) if j != lead]
+    if alpha_new > 0:
+        rivals.append((0, alpha_new, False))  # every unseen answer at once, after the leader in tie order
+    p = sum(_overtake(cl, cj, total - cl - alpha - cj - aj, remaining, alpha, aj, earlier) for cj, aj, earlier in rivals)
+    return min(1.0, p)
+
+
+@functools.lru_cache(maxsize=65536)
+def _overtake(cl: int, cj: int, rest: float, r: int, alpha: float, aj: float, earlier: bool) -> float:
+    """P(cj + xj > cl + xl, or == when j is earlier) for (xl, xj, r - xl - xj) ~ DirMult(r; cl+alpha, cj+aj, rest)."""
+    if cj + r < cl or (cj + r == cl and not earlier):
+        return 0.0
+    a1, a2, a3 = cl + alpha, cj + aj, max(rest, 0.0)
+    lg = math.lgamma
+    base = lg(r + 1) + lg(a1 + a2 + a3) - lg(a1 + a2 + a3 + r) - lg(a1) - lg(a2) - (lg(a3) if a3 > 0 else 0.0)
+    out = 0.0
+    for xl in range(r + 1):
+        for xj in range(max(0, cl + xl - cj + (0 if earlier else 1)), r - xl + 1):
+            x3 = r - xl - xj
+            if a3 == 0 and x3:
+                continue
+            lp = base + lg(a1 + xl) + lg(a2 + xj) - lg(xl + 1) - lg(xj + 1) - lg(x3 + 1)
+            out += math.exp(lp + (lg(a3 + x3) if a3 > 0 else 0.0))
+    return out

@@ -93,3 +93,10 @@ def test_replay_stops_on_a_decided_vote():
     rp = ReplaySC(parse_trace_line(line), [0, 1, 2, 3, 4, 5], StableVote(0.01))
     run_replay(rp)
     assert rp.knob_used == 4 and rp.answer() == "7", "3 to 1 with 2 left of 6: the 3s can only tie the earlier 7s"
+
+
+def test_bench_presets_name_the_new_default_and_the_previous_one():
+    from certa.eval.bench_fixed import preset
+    assert isinstance(preset("sc-default"), StableVote)
+    assert preset("weighted-vote").to_dict() == {"kind": "vote", "tau": 0.8, "length_weight": 0.25,
+                                                 "confidence_floor": None, "min_samples": 2, "same": "math"}

@@ -14,7 +14,8 @@ Each row: tokens, accuracy, ``token_ratio``/``accuracy_delta`` vs full-budget ma
 Nothing is tuned here, so the whole file is scored; reserved rows (GSM8K idx >= 800, MATH-500
 idx >= 300) are refused unless ``final=True``, which marks the report a final report.
 :data:`SC_PRESETS` names the shipped policies (``sc-default``, ``esc``,
-``adaptive-consistency``, ``certa-threshold``: the paper's rule as ``sc_program`` used it).
+``adaptive-consistency``, ``certa-threshold``: the paper's rule as ``sc_program`` used it,
+``weighted-vote``: the SC default before the stable vote).
 
 Example:
     >>> from certa.simulation.synth import synth_traces
@@ -32,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from certa.algorithms.policies import policy_from_dict
-from certa.algorithms.policies.votes import SC_DEFAULT, SC_PEERS
+from certa.algorithms.policies.votes import SC_DEFAULT, SC_PEERS, VoteStop
 from certa.eval.bench_tokens import save_png
 from certa.eval.calibration import check_not_reserved
 from certa.eval.evalstats import compare
@@ -51,6 +52,7 @@ SC_PRESETS: dict[str, Callable[[], Policy]] = {
     "esc": lambda: policy_from_dict(SC_PEERS["esc"]),
     "adaptive-consistency": lambda: policy_from_dict(SC_PEERS["adaptive-consistency"]),
     "certa-threshold": lambda: Threshold(0.55, detect_at=4, every=4),
+    "weighted-vote": lambda: VoteStop(0.8, length_weight=0.25, min_samples=2),
 }
 """The shipped SC policies by name (``certa bench tokens --preset NAME``)."""
 

@@ -14,6 +14,8 @@ r"""Trace programs for the simulator: real certa Programs whose answers come fro
   ``window`` probes (``math_equal``, hesitation words), answers graded with ``math_equal``.
   Without early exit: the whole chain as one request (:class:`~certa.eval.replay.ReplaySC`
   over that one sample).
+* ``tree`` — MCTS-like in shape: :func:`trace_sc` with :data:`TREE_FANOUT` (2) lanes over the
+  problem's samples (short expansions, see :mod:`.reasoning_workload`), same certaindex and vote.
 
 The Runtime drives them (its own loop, policy and knob cap); :mod:`.simulator` serves their
 requests on the simulated engine.
@@ -48,7 +50,9 @@ from certa.runtime.types import Knob
 
 from certa.simulation.workload import ProgramConfig, ProgramSpec
 
-__all__ = ["TraceSCState", "make_program", "program_correct", "trace_sc"]
+__all__ = ["TREE_FANOUT", "TraceSCState", "make_program", "program_correct", "trace_sc"]
+
+TREE_FANOUT = 2  # lanes of a ``tree`` (MCTS-like) program
 
 
 class TraceSCState(State):
@@ -112,14 +116,15 @@ def _cot(spec: ProgramSpec, cfg: ProgramConfig, early_exit: bool) -> Program:
 
 
 def make_program(spec: ProgramSpec, cfg: ProgramConfig, early_exit: bool) -> Program:
-    """A fresh Program for ``spec`` (kind ``sc`` or ``cot``), with certaindex early exit or without."""
-    if spec.kind == "sc":
+    """A fresh Program for ``spec`` (kind ``sc``, ``tree`` or ``cot``), with certaindex early exit or without."""
+    if spec.kind in ("sc", "tree"):
         cap = min(cfg.budget, len(spec.problem.samples))
-        graph = trace_sc(cfg.fanout, cap, cfg.tau if early_exit else None, cfg.detect_at, cfg.every)
+        lanes = cfg.fanout if spec.kind == "sc" else TREE_FANOUT
+        graph = trace_sc(lanes, cap, cfg.tau if early_exit else None, cfg.detect_at, cfg.every)
         return graph.new(problem=spec.problem, max_tokens=cfg.max_tokens)
     if spec.kind == "cot":
         return _cot(spec, cfg, early_exit)
-    raise ConfigError(f"unknown program kind {spec.kind!r}", hint="use 'sc' or 'cot'")
+    raise ConfigError(f"unknown program kind {spec.kind!r}", hint="use 'sc', 'tree' or 'cot'")
 
 
 def program_correct(prog: Any) -> bool:

@@ -80,13 +80,16 @@ class SweepSpec:
 class Experiment:
     """One workload on one simulated engine; runs policies at rates (with caching)."""
 
-    def __init__(self, problems: list[TraceProblem], spec: SweepSpec) -> None:
+    def __init__(self, problems: list[TraceProblem], spec: SweepSpec,
+                 workload: Callable[[float], list[ProgramSpec]] | None = None) -> None:
+        """``workload(rate)`` (optional) builds the programs at a rate instead of :func:`make_workload`
+        (the reasoning workloads of :mod:`.reasoning_workload`); it must vary only arrival times."""
         spec.check()
         self.spec, self.problems = spec, problems
+        self._workload = workload
         self.preset = get_preset(spec.preset)
         self.engine = EngineConfig(self.preset.kv_capacity, max_running=spec.max_running)
-        base = make_workload(problems, n=spec.n_programs, rate=1.0, seed=spec.seed, kind=spec.kind,
-                             prompt_tokens=spec.prompt_tokens)
+        base = self.workload(1.0)
         self.alone = {s.pid: standalone_latency(s, self.engine, self.preset.cost, config=spec.program) for s in base}
         self.slo_ref = statistics.fmean(self.alone.values())
         self._runs: dict[tuple[str, float], SimResult] = {}
@@ -95,6 +98,8 @@ class Experiment:
         return {"system": policy == "certa", "all": True, "none": False}[self.spec.exit_mode]
 
     def workload(self, rate: float) -> list[ProgramSpec]:
+        if self._workload is not None:
+            return self._workload(rate)
         s = self.spec
         return make_workload(self.problems, n=s.n_programs, rate=rate, seed=s.seed, kind=s.kind,
                              prompt_tokens=s.prompt_tokens)

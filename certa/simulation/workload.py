@@ -23,7 +23,7 @@ from certa.runtime.errors import ConfigError
 
 __all__ = ["Kind", "ProgramConfig", "ProgramSpec", "make_workload", "poisson_arrivals"]
 
-Kind = Literal["sc", "cot"]
+Kind = Literal["sc", "cot", "tree"]
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,210 @@
+"""Serving regimes for the scheduling comparison: a preset × a reasoning-length workload × an arrival process.
+
+:func:`run_regime` measures, for each scheduling policy and in two exit modes —
+``all`` (every policy exits on certaindex: the ORDERING alone differs) and ``system`` (only
+``certa`` does: the system comparison) —
+
+* the max arrival rate with >= 90% of programs meeting a uniform deadline (``slo_scale`` ×
+  the workload's mean standalone latency at full budget), on a geometric grid around a
+  KV-bound capacity estimate, refined by bisection (:class:`~.sweep.Experiment`);
+* mean / P50 / P90 latency and the latency CDF at one FIXED rate (fcfs's max rate in mode
+  ``all``, the same rate for both modes);
+* throughput under overload (``overload`` × that rate): programs finished per second while
+  programs still arrive (the service rate), and over the run's whole span (with the drain).
+
+:data:`REGIMES` lists the regimes of ``benchmarks/online_slo.py --workload reasoning``; the
+one whose ``role`` is ``"tune"`` is where sizes and SLO scale were chosen, the others are
+reported as measured.
+
+Example:
+    >>> r = Regime("toy", "a10-r1-distill-qwen-7b", ("Phi-4-mini-reasoning_gsm8k.jsonl.gz",))
+    >>> r.mix_dict(), r.expand
+    ({'sc': 1.0}, True)
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from certa.eval.traces import TraceProblem, load_traces
+from certa.runtime.sim.metrics import cdf, percentile
+from certa.simulation.reasoning_workload import (DEV_TRACES, REASONING_DIR, AgreementProfile, Arrival,
+                                                 agreement_profile, load_reasoning, reasoning_workload)
+from certa.simulation.sweep import GANG, Experiment, SweepSpec, _max_rate
+from certa.simulation.workload import ProgramConfig
+
+__all__ = ["POLICIES5", "REGIMES", "Regime", "default_profile", "run_regime"]
+
+POLICIES5 = ["fcfs", "lpm", "app-fifo", "certa-nocd", "certa"]
+PROFILE_TRACES = "gsm8k_dev_qwen2.5-coder-1.5b.jsonl.gz"
+
+
+@dataclass(frozen=True, slots=True)
+class Regime:
+    """One preset × workload × arrival process (file names resolve under ``data/traces/reasoning``,
+    else ``data/traces``)."""
+
+    name: str
+    preset: str
+    traces: tuple[str, ...]
+    mix: tuple[tuple[str, float], ...] = (("sc", 1.0),)
+    arrival: Arrival = "poisson"
+    cv: float = 3.0
+    expand: bool = True  # False: SC over the traces' own samples (many per problem)
+    role: str = "report"  # "tune": sizes and SLO scale were chosen on this one
+    note: str = ""
+
+    def mix_dict(self) -> dict[str, float]:
+        return dict(self.mix)
+
+    def files(self) -> list[Path]:
+        return [REASONING_DIR / f if (REASONING_DIR / f).is_file() else DEV_TRACES / f for f in self.traces]
+
+
+_GSM = "DeepSeek-R1-Distill-Llama-8B_gsm8k.jsonl.gz"
+REGIMES: list[Regime] = [
+    Regime("tune: A10 7B, SC-16 over Phi-4-mini GSM8K chains, Poisson", "a10-r1-distill-qwen-7b",
+           ("Phi-4-mini-reasoning_gsm8k.jsonl.gz",), role="tune",
+           note="sizes, grid and SLO scale chosen here; not reported as a result"),
+    Regime("A10 7B, SC-16 over R1-Distill-Llama-8B GSM8K chains, Poisson", "a10-r1-distill-qwen-7b", (_GSM,),
+           note="the issue's target regime: reasoning-length SC, KV-limited, uniform deadlines"),
+    Regime("A10 7B, SC-16 over Qwen3-0.6B GSM8K chains, Gamma CV 3", "a10-r1-distill-qwen-7b",
+           ("Qwen3-0.6B_gsm8k.jsonl.gz",), arrival="gamma", cv=3.0),
+    Regime("H100 32B-FP8, SC-16 over R1-Distill-Qwen-32B MATH-500 chains, Poisson",
+           "h100-r1-distill-qwen-32b-fp8", ("DeepSeek-R1-Distill-Qwen-32B_math500.jsonl.gz",)),
+    Regime("H100 32B-FP8, CoT over AIME chains (2 models), Poisson", "h100-r1-distill-qwen-32b-fp8",
+           ("AceReason-Nemotron-7B_aime.jsonl.gz", "DeepSeek-R1-Distill-Llama-8B_aime.jsonl.gz"),
+           mix=(("cot", 1.0),)),
+    Regime("A10 7B, mix CoT/SC/tree over GSM8K chains (2 models), Gamma CV 3", "a10-r1-distill-qwen-7b",
+           ("Qwen3-0.6B_gsm8k.jsonl.gz", _GSM), mix=(("cot", 0.3), ("sc", 0.5), ("tree", 0.2)),
+           arrival="gamma", cv=3.0),
+    Regime("A10 7B, SC-16 over the 1.5B dev traces' own samples (GSM8K), Poisson", "a10-r1-distill-qwen-7b",
+           ("gsm8k_dev_qwen2.5-coder-1.5b.jsonl.gz",), expand=False,
+           note="short chains (~300 tokens): the KV pool holds many programs"),
+    Regime("H200 7B (not KV-limited), SC-16 over R1-Distill-Llama-8B GSM8K chains, Poisson",
+           "h200-r1-distill-qwen-7b", (_GSM,), note="control: today's preset, 1.8M-token KV pool"),
+]
+
+
+def default_profile() -> AgreementProfile:
+    """Answer agreement measured on the 1.5B GSM8K dev traces (16 samples per problem)."""
+    return agreement_profile(load_traces(DEV_TRACES / PROFILE_TRACES), source=PROFILE_TRACES)
+
+
+def _capacity(exp: Experiment, probe: list, tokens_per_program: float) -> float:
+    """Programs/s the engine sustains with its KV pool full (a rough, KV-bound estimate)."""
+    samples = [s.tokens for spec in probe for s in spec.problem.samples]
+    ctx = exp.spec.prompt_tokens + statistics.fmean(samples) / 2
+    R = max(1, min(exp.engine.max_running, int(exp.engine.kv_capacity / ctx)))
+    tps = R / exp.preset.cost.iteration_time(R, R * ctx, 0.0)
+    return tps / max(tokens_per_program, 1.0)
+
+
+def _latency(records: list) -> dict[str, float]:
+    lat = [r.latency for r in records]
+    return {"mean": round(statistics.fmean(lat), 2), "p50": round(percentile(lat, 50), 2),
+            "p90": round(percentile(lat, 90), 2)}
+
+
+def _throughput(records: list) -> dict[str, float]:
+    """Programs/s under overload: finished while programs still arrive (the service rate, no
+    drain) and over the whole span (includes the drain, where the longest programs run last)."""
+    first, last = min(r.arrival for r in records), max(r.arrival for r in records)
+    span = max(r.finish for r in records) - first
+    during = sum(r.finish <= last for r in records)
+    return {"during_arrivals": round(during / (last - first), 6) if last > first else 0.0,
+            "span": round(len(records) / span, 6)}
+
+
+def run_regime(reg: Regime, *, policies: list[str] | None = None, n_programs: int = 150, slo_scale: float = 3.0,
+               refine: int = 4, points: int = 10, overload: float = 3.0, seed: int = 0, k: int = 16,
+               program: ProgramConfig | None = None, profile: AgreementProfile | None = None,
+               progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Measure one regime (see the module docstring); returns a JSON-ready dict."""
+    pols = policies or POLICIES5
+    say = progress or (lambda msg: None)
+    cfg = program or ProgramConfig(max_tokens=32768, interval=128)
+    prof = profile or default_profile()
+    problems: list[TraceProblem] = load_reasoning(reg.files())
+
+    def workload(rate: float) -> list:
+        return reasoning_workload(problems, n=n_programs, rate=rate, seed=seed, mix=reg.mix_dict(),
+                                  arrival=reg.arrival, cv=reg.cv, k=k, profile=prof, max_tokens=cfg.max_tokens,
+                                  expand_samples=reg.expand)
+
+    spec = SweepSpec(preset=reg.preset, policies=pols, n_programs=n_programs, slo_scale=slo_scale, refine=refine,
+                     exit_mode="all", seed=seed, program=cfg, rate_scales=[])
+    exps = {"all": Experiment(problems, spec, workload)}
+    exps["system"] = Experiment(problems, replace(spec, exit_mode="system"), workload)
+    ex = exps["all"]
+    probe = ex.workload(1.0)
+    idle = ex.run("fcfs", 0.05 / ex.slo_ref)  # ~one at a time: decode tokens per program with early exit
+    cap = _capacity(ex, probe, statistics.fmean(r.tokens for r in idle.records))
+    rates = [round(cap * 0.1 * 80 ** (i / (points - 1)), 6) for i in range(points)]
+    samples = [s.tokens for spec_ in probe for s in spec_.problem.samples]
+    lanes = {"sc": cfg.fanout, "tree": 2, "cot": 1}
+    mean_lanes = statistics.fmean(lanes[s.kind] for s in probe)
+    out: dict[str, Any] = {
+        "regime": asdict(reg), "simulator": True, "note": "SIMULATED serving; cost model = " + ex.preset.note,
+        "preset": {"name": ex.preset.name, "hardware": ex.preset.hardware, "model": ex.preset.model,
+                   "source": ex.preset.source, "kv_capacity": ex.preset.kv_capacity, "cost": ex.preset.cost.as_dict()},
+        "workload": {"problems": len(problems), "programs": n_programs, "kinds": {
+                         kd: sum(s.kind == kd for s in probe) for kd in sorted({s.kind for s in probe})},
+                     "mean_sample_tokens": round(statistics.fmean(samples), 1),
+                     "programs_in_kv_pool": round(ex.preset.kv_capacity / (
+                         mean_lanes * (spec.prompt_tokens + statistics.fmean(samples))), 1),
+                     "standalone_latency_s": round(ex.slo_ref, 2), "uniform_slo_s": round(slo_scale * ex.slo_ref, 2),
+                     "agreement_profile": prof.as_dict() if reg.expand else None, "k": k},
+        "spec": {"n_programs": n_programs, "slo_scale": slo_scale, "refine": refine, "points": points,
+                 "overload": overload, "seed": seed, "target": spec.target,
+                 "program": {kk: v for kk, v in asdict(cfg).items()}, "gang_admission": list(GANG)},
+        "rates": rates, "modes": {},
+    }
+    for mode, exp in exps.items():
+        if mode == "system":  # certa exits early in both modes: reuse its runs
+            exp._runs.update({key: v for key, v in exps["all"]._runs.items() if key[0] == "certa"})
+        best = {p: _max_rate(exp, p, rates, slo_scale) for p in pols}
+        m: dict[str, Any] = {"max_rate": {p: r for p, (r, _) in best.items()},
+                             "censored": {p: c for p, (_, c) in best.items()},
+                             "attainment": {p: [round(exp.attainment(exp.run(p, r), slo_scale), 4) for r in rates]
+                                            for p in pols}}
+        out["modes"][mode] = m
+        for p, (r, c) in best.items():
+            say(f"{reg.name[:40]:<40} {mode:>6} {p:>10} max rate {r}{' (top of grid)' if c else ''}")
+    fixed = out["modes"]["all"]["max_rate"].get("fcfs") or rates[0]
+    out["fixed_rate"] = fixed
+    for mode, exp in exps.items():
+        m = out["modes"][mode]
+        runs = {p: exp.run(p, fixed) for p in pols}
+        over = {p: exp.run(p, fixed * overload) for p in pols}
+        m["latency"] = {p: _latency(r.records) for p, r in runs.items()}
+        m["latency_cdf"] = {p: cdf([x.latency for x in r.records], 40) for p, r in runs.items()}
+        m["attainment_at_fixed"] = {p: round(exp.attainment(r, slo_scale), 4) for p, r in runs.items()}
+        m["tokens_per_program"] = {p: round(statistics.fmean(x.tokens for x in r.records)) for p, r in runs.items()}
+        m["preemptions"] = {p: r.stats.preemptions for p, r in runs.items()}
+        m["throughput_overload"] = {p: _throughput(r.records) for p, r in over.items()}
+        m["ratios"] = _ratios(m)
+    return out
+
+
+def _ratios(m: dict[str, Any]) -> dict[str, float | None]:
+    """certa over each baseline: max rate, mean latency at the fixed rate, overload throughput."""
+    mr, lat, thr = m["max_rate"], m["latency"], m["throughput_overload"]
+
+    def div(a: float | None, b: float | None) -> float | None:
+        return round(a / b, 3) if a and b else None
+
+    out: dict[str, float | None] = {}
+    others = [p for p in mr if p != "certa"]
+    for b in others:
+        out[f"max_rate certa/{b}"] = div(mr.get("certa"), mr.get(b))
+        out[f"mean_latency certa/{b}"] = div(lat["certa"]["mean"], lat[b]["mean"])
+        out[f"throughput certa/{b}"] = div(thr["certa"]["during_arrivals"], thr[b]["during_arrivals"])
+        out[f"throughput_span certa/{b}"] = div(thr["certa"]["span"], thr[b]["span"])
+    known = [mr[b] for b in others if mr.get(b)]
+    out["max_rate certa/best_other"] = div(mr.get("certa"), max(known)) if known else None
+    return out

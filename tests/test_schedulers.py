@@ -520,28 +520,62 @@ def test_lpm_fallback_heap_keeps_the_sorted_order(seed):
 def test_stop_calibration_learns_that_programs_hovering_below_the_threshold_continue():
     pol = CertaSJF(aging=0.0, min_history=3)
     s = Scheduler(pol, AdmissionLimits(max_requests=1), clock=Clock())
-    for i in range(3):  # three finished programs: one point at 4 with certaindex 0.5, continued to the cap
-        p = ProgramInfo(f"h{i}", 0.0, knob_cap=16)
-        s.register(p)
-        p.knob_used, p.certaindex, p.tokens_per_step, p.est_remaining_tokens = 4, 0.5, 100.0, 470.0
-        s.rekey(p)  # the Runtime does this after a certaindex point
-        s.ticket(f"h{i}-next", p)  # it asked for more: continued
-        p.knob_used, p.tokens = 16, 1600
-        s.unregister(f"h{i}")
-    for i in range(3):  # three that stopped at their point (certaindex 0.9)
+
+    def point(p: ProgramInfo, knob: int, c: float) -> None:
+        p.knob_used, p.certaindex, p.tokens_per_step, p.est_remaining_tokens = knob, c, 100.0, 470.0
+        s.rekey(p)  # the Runtime does this after each certaindex point
+
+    for i in range(3):  # three programs stop at knob 4 with certaindex 0.9: 4 is a check position
         p = ProgramInfo(f"e{i}", 0.0, knob_cap=16)
         s.register(p)
-        p.knob_used, p.certaindex, p.tokens_per_step, p.est_remaining_tokens = 4, 0.9, 100.0, 0.0
-        s.rekey(p)
+        point(p, 3, 0.9)
+        s.ticket(f"e{i}-3", p)  # knob 3 is no check (no program stopped there): nothing learned
+        point(p, 4, 0.9)
         p.tokens = 400
         s.unregister(f"e{i}")
-    assert pol.calibration.bins == {5: [0, 3], 9: [3, 0]}
+    for i in range(3):  # three hover at 0.5 at the check and run on to the cap
+        p = ProgramInfo(f"h{i}", 0.0, knob_cap=16)
+        s.register(p)
+        point(p, 4, 0.5)
+        s.ticket(f"h{i}-next", p)  # it asked for more: continued past the check
+        point(p, 16, 0.5)
+        p.tokens = 1600
+        s.unregister(f"h{i}")
+    assert pol.calibration.checks == {4} and pol.calibration.bins == {9: [3, 0], 5: [0, 3]}
     hover = ProgramInfo("hover", 0.0, knob_cap=16, knob_used=4, certaindex=0.5, tokens_per_step=100.0,
-                        est_remaining_tokens=470.0)  # the threshold's estimate: ~4.7 steps left
-    s.register(hover)
-    s.rekey(hover)
-    assert pol.remaining(hover) == 100.0 * (4 + 1.0 * (16 - 4 - 4))  # calibrated: continues to the cap
+                        est_remaining_tokens=470.0)  # the threshold's own estimate: ~4.7 steps left
+    assert pol.remaining(hover) == 100.0 * 12  # calibrated: no check ahead, it continues: to the cap
     fresh = ProgramInfo("fresh", 0.0, knob_cap=16)  # no point yet: the finished programs' mean steps (10)
     assert pol.remaining(fresh) == 100.0 * 10
     ts = [Ticket("hover-0", hover, 0.0, seq=0), Ticket("fresh-0", fresh, 0.0, seq=1)]
     assert rids(pol.order(ts, 0.0)) == ["fresh-0", "hover-0"]  # uncalibrated, 470 < 1000 put hover first
+
+
+def test_requests_past_a_likely_stop_wait_behind_other_work():
+    """An SC lane starting branch 5 while branches 2-4 run, in a program that will stop at 4,
+    is probably wasted: it waits until nothing else does (then it may run)."""
+    pol = CertaSJF(aging=0.0, min_history=3)
+    s = Scheduler(pol, AdmissionLimits(max_requests=4), clock=Clock())
+    for i in range(3):
+        p = ProgramInfo(f"e{i}", 0.0, knob_cap=16)
+        s.register(p)
+        p.knob_used, p.certaindex, p.tokens_per_step, p.est_remaining_tokens = 4, 1.0, 100.0, 0.0
+        s.rekey(p)
+        s.unregister(f"e{i}")  # stopped at 4
+    sure = ProgramInfo("sure", 0.0, knob_cap=16)
+    s.register(sure)
+    running = submit(s, sure, 3)
+    assert s.admit() == running
+    sure.knob_used, sure.certaindex, sure.tokens_per_step, sure.est_remaining_tokens = 1, 1.0, 100.0, 0.0
+    s.rekey(sure)
+    lane = submit(s, sure, 1)  # knob 1 + 3 in flight reach the check at 4: this one is speculative
+    other = ProgramInfo("other", 1.0, knob_cap=16)
+    s.register(other)
+    submit(s, other, 2)
+    assert rids(s.admit()) == ["other-0"]  # one free slot: the other program's work first
+    s.release(running[0])
+    sure.knob_used = 2
+    s.rekey(sure)
+    assert rids(s.admit()) == ["other-1"]
+    s.release(running[1])
+    assert rids(s.admit()) == [lane[0].rid]  # nothing else waits: it may run

@@ -111,69 +111,103 @@ class History:
         return self.steps / self.n if self.n else None
 
 
+SPECULATIVE = 1e9
+"""Added to a speculative program's priority (its waiting requests run after all other work)."""
+
+
 class StopCalibration:
-    """How often programs stop at a certaindex point, by certaindex (tenths), learned online.
+    """Where and how often programs stop on certaindex, learned online (``certa``).
 
     A stop policy's own estimate (``Threshold.expected_remaining``: a program below the
     threshold by a fraction ``x`` continues with probability ``x``) is optimistic for programs
-    that hover just below it and never pass. Here each certaindex point of a program is resolved
-    as *continued* when the program asks for another request (or reaches another point) and as
-    *stopped* when it leaves below its cap — known one request later, with no need to wait
-    for long programs to finish. With ``min_samples`` outcomes in a point's bin, a waiting
-    program's remaining steps are ``r + p·(cap − k − r)``: ``r`` its knob units per point so
-    far, ``p`` the bin's continue rate (persistence: its next point is like its last).
+    that hover just below it and never pass. Here the *check positions* are the knob values at
+    which programs have stopped below their cap, and each certaindex point at a check position
+    is resolved as *continued* when its program asks for another request (or reaches another
+    point) and as *stopped* when it leaves below its cap — known one request later, with no
+    need to wait for long programs to finish — counted per certaindex tenth (bin). With
+    ``min_samples`` outcomes in a bin, a waiting program at knob ``k`` has ``(n − k) + p·(cap − n)``
+    knob units left: ``n`` the next check position (else the cap), ``p`` the continue rate of its current
+    certaindex's bin (persistence: its next check looks like its last point).
     """
 
     def __init__(self, min_samples: int = 5) -> None:
         self.min_samples = min_samples
-        self.bins: dict[int, list[int]] = {}  # bin -> [stopped, continued]
-        self._open: dict[str, int] = {}  # program -> bin of its last point, not yet resolved
-        self._points: dict[str, int] = {}  # program -> certaindex points so far
+        self.bins: dict[int, list[int]] = {}  # bin -> [stopped, continued], at check positions
+        self.checks: set[int] = set()  # knob values at which programs stopped below their cap
+        self._open: dict[str, tuple[int, int]] = {}  # program -> (knob, bin) of its last point, unresolved
+        self._inflight: dict[str, int] = {}  # program -> its requests in flight at its last point
 
     @staticmethod
     def bin(c: float | None) -> int:
         return -1 if c is None else min(10, max(0, int(c * 10 + 1e-9)))
 
     def _resolve(self, pid: str, continued: bool) -> bool:
-        b = self._open.pop(pid, None)
-        if b is None:
+        point = self._open.pop(pid, None)
+        if point is None:
             return False
-        st = self.bins.setdefault(b, [0, 0])
-        before = self._rate(b)
-        st[1 if continued else 0] += 1
-        after = self._rate(b)
-        return before is None and after is not None or (before is not None and abs(after - before) > 0.05)  # type: ignore[operator]
+        knob, b = point
+        moved = False
+        if not continued and knob not in self.checks:
+            self.checks.add(knob)
+            moved = True
+        if knob not in self.checks:
+            return moved  # not a place where programs stop: nothing learned about stopping
+        before = self.rate(b)
+        self.bins.setdefault(b, [0, 0])[1 if continued else 0] += 1
+        after = self.rate(b)
+        return moved or (before is None) != (after is None) or \
+            (before is not None and after is not None and abs(after - before) > 0.05)
 
-    def _rate(self, b: int) -> float | None:
+    def rate(self, b: int) -> float | None:
+        """The bin's continue rate, or None with fewer than ``min_samples`` outcomes."""
         st = self.bins.get(b)
         return st[1] / (st[0] + st[1]) if st and st[0] + st[1] >= self.min_samples else None
 
     def point(self, info: ProgramInfo) -> bool:
-        """A certaindex point: the previous one was continued past. True if a bin's rate moved."""
-        pid = info.program_id
-        moved = self._resolve(pid, True)
-        self._open[pid] = self.bin(info.certaindex)
-        self._points[pid] = self._points.get(pid, 0) + 1
+        """A certaindex point: the previous one was continued past. True if what is learned moved."""
+        moved = self._resolve(info.program_id, True)
+        self._open[info.program_id] = (info.knob_used, self.bin(info.certaindex))
+        self._inflight[info.program_id] = info.inflight
         return moved
 
-    def request(self, info: ProgramInfo) -> None:
-        self._resolve(info.program_id, True)  # asking for more work: it continued past its last point
+    def request(self, info: ProgramInfo) -> bool:
+        return self._resolve(info.program_id, True)  # asking for more work: it continued past its last point
 
     def finished(self, info: ProgramInfo) -> None:
-        pid = info.program_id
         if info.knob_cap is None or info.knob_used < info.knob_cap:
-            self._resolve(pid, False)
-        self._open.pop(pid, None)
-        self._points.pop(pid, None)
+            self._resolve(info.program_id, False)
+        self._open.pop(info.program_id, None)
+        self._inflight.pop(info.program_id, None)
+
+    def next_check(self, knob: int) -> int | None:
+        later = [c for c in self.checks if c > knob]
+        return min(later) if later else None
 
     def remaining_steps(self, info: ProgramInfo) -> float | None:
         """Calibrated knob units still to run, or None (too few outcomes in its bin, no cap)."""
-        points = self._points.get(info.program_id)
-        p = self._rate(self.bin(info.certaindex))
-        if p is None or not points or info.knob_cap is None:
+        p = self.rate(self.bin(info.certaindex))
+        if p is None or info.knob_cap is None:
             return None
-        per_point = info.knob_used / points
-        return per_point + p * max(0.0, info.knob_cap - info.knob_used - per_point)
+        n = min(self.next_check(info.knob_used) or info.knob_cap, info.knob_cap)  # no check ahead: the cap
+        return (n - info.knob_used) + p * max(0.0, info.knob_cap - n)
+
+    def speculative(self, info: ProgramInfo) -> bool:
+        """Are the program's waiting requests past its next check, likely wasted?
+
+        True when the requests in flight at its last point already take it to the next check
+        position and its certaindex's bin stops there at least half the time (or is not
+        calibrated yet): an SC lane that starts branch 5 while branches 2-4 run, for a program
+        that will stop at 4. (Read at points only, so a key moves only where the Scheduler
+        re-keys: a request that ends before its point changes nothing.)
+        """
+        inflight = self._inflight.get(info.program_id, 0)
+        if not inflight:
+            return False
+        n = self.next_check(info.knob_used)
+        if n is None or info.knob_used + inflight < n:
+            return False
+        p = self.rate(self.bin(info.certaindex))
+        return p is None or p <= 0.5
 
 
 class CertaSJF(SchedulingPolicy):
@@ -237,10 +271,12 @@ class CertaSJF(SchedulingPolicy):
 
     def key(self, ticket: Ticket, now: float) -> tuple:
         p = ticket.program
-        return (self.program_key(p), p.arrival, p.program_id, ticket.seq)
+        spec = self.use_certaindex and self.calibration.speculative(p)  # behind all other work
+        return (spec, self.program_key(p), p.arrival, p.program_id, ticket.seq)
 
     def priority(self, ticket: Ticket, now: float) -> float:
-        return self.program_key(ticket.program)
+        spec = self.use_certaindex and self.calibration.speculative(ticket.program)
+        return self.program_key(ticket.program) + (SPECULATIVE if spec else 0.0)
 
     def observe_finish(self, info: ProgramInfo) -> None:
         self.history.add(info)
@@ -250,9 +286,8 @@ class CertaSJF(SchedulingPolicy):
     def observe_progress(self, info: ProgramInfo) -> bool:
         return self.use_certaindex and self.calibration.point(info)
 
-    def observe_request(self, info: ProgramInfo) -> None:
-        if self.use_certaindex:
-            self.calibration.request(info)
+    def observe_request(self, info: ProgramInfo) -> bool:
+        return self.use_certaindex and self.calibration.request(info)
 
 
 POLICIES: Registry[SchedulingPolicy] = Registry("scheduling policy")

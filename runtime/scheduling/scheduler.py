@@ -143,8 +143,9 @@ class SchedulingPolicy:
         """Called at each certaindex point (:meth:`Scheduler.rekey`); True: every key may have moved."""
         return False
 
-    def observe_request(self, info: ProgramInfo) -> None:
-        """Called for each new ticket of a program (:meth:`Scheduler.ticket`)."""
+    def observe_request(self, info: ProgramInfo) -> bool:
+        """Called for each new ticket of a program (:meth:`Scheduler.ticket`); True: every key may have moved."""
+        return False
 
 
 FCFS = SchedulingPolicy
@@ -232,7 +233,8 @@ class Scheduler:
 
     def ticket(self, rid: str, program: ProgramInfo, est_tokens: int = 0, prefix_hint: str | None = None,
                kv_tokens: int | None = None) -> Ticket:
-        self.policy.observe_request(program)
+        if self.policy.observe_request(program):
+            self._waiting.rekey_all()
         return Ticket(rid=rid, program=program, enqueued=self.clock(), est_tokens=est_tokens,
                       prefix_hint=prefix_hint, seq=next(self._seq), kv_tokens=kv_tokens)
 

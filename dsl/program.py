@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import itertools
-from collections import Counter
+from collections import Counter, deque
 from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
@@ -48,7 +48,7 @@ class GraphProgram(Program):
         self.launches: Counter[str] = Counter()
         self.history: list[tuple[str, int]] = []  # (step, branch) in completion order
         self._tasks: dict[asyncio.Task, tuple[str, int]] = {}
-        self._done: asyncio.Queue = asyncio.Queue()
+        self._done = _Finished()
         self._branch_ids = itertools.count()
         self._fanouts = itertools.count()
         self._lanes: dict[int, tuple[int, int]] = {}  # branch -> (fan-out, lane) for branches of a fan-out
@@ -357,7 +357,9 @@ class GraphProgram(Program):
         self._tasks[task] = (spec.name, branch)
 
     async def _run_step(self, spec: StepSpec, ctx: Context) -> None:
-        ctx.emit("step_start")
+        events = ctx.run.runtime.events  # emit only when someone listens: ~6% of a step otherwise
+        if events.active:
+            ctx.emit("step_start")
         try:
             if spec.is_async:
                 out = await (spec.fn(self.state, ctx) if spec.takes_ctx else spec.fn(self.state))
@@ -370,6 +372,33 @@ class GraphProgram(Program):
             raise
         except Exception as exc:  # delivered to execute(), which names program/step/branch
             item = (asyncio.current_task(), spec.name, ctx.branch, None, exc)
-        ctx.emit("step_end", ok=item[4] is None, update=out if item[4] is None and isinstance(out, dict) else None)
-        self._done.put_nowait(item)
+        if events.active:
+            ctx.emit("step_end", ok=item[4] is None, update=out if item[4] is None and isinstance(out, dict) else None)
+        self._done.put(item)
 
+
+
+class _Finished:
+    """Finished branches in completion order, for one consumer (:meth:`GraphProgram.execute`):
+    what ``asyncio.Queue`` did here, without its bookkeeping for many getters and a size cap."""
+
+    __slots__ = ("_items", "_waiter")
+
+    def __init__(self) -> None:
+        self._items: deque[tuple[Any, ...]] = deque()
+        self._waiter: asyncio.Future[None] | None = None
+
+    def put(self, item: tuple[Any, ...]) -> None:
+        self._items.append(item)
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def get(self) -> tuple[Any, ...]:
+        while not self._items:
+            self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+        return self._items.popleft()

@@ -298,6 +298,8 @@ for _cls in (ProbeAgreement, Grounded, Confident, Progress, Settled, AllOf):
     COT_SIGNALS.register(_cls.kind, _cls)  # help: the class docstring's first paragraph
 COT_SIGNALS.register("committed", "certa.algorithms.signals.text:Committed",
                      help="the chain's text has committed to its answer (a text probe: no decode tokens)")
+COT_SIGNALS.register("final", "certa.algorithms.signals.final:FinalAnswer",
+                     help="a logistic model on the chain's text says its committed answer is final (a text probe)")
 
 
 def signal_from_dict(spec: dict[str, Any]) -> CoTSignal:

@@ -331,15 +331,16 @@ class Committed(CoTSignal):
 
 
 def for_problem(signal: CoTSignal, question: str, dataset: str | None = None) -> CoTSignal:
-    """``signal`` with every :class:`Committed` part bound to one problem's question (and
-    dataset, when given); other signals are returned unchanged.
+    """``signal`` with every text-probe part (:class:`Committed`, or any signal with a
+    ``for_problem`` method) bound to one problem's question (and dataset, when given); other
+    signals are returned unchanged.
 
     >>> rule = AllOf(Committed(confirm=2), Committed("conclude"))
     >>> [p.question for p in for_problem(rule, "How many?", "gsm8k").parts]
     ['How many?', 'How many?']
     """
-    if isinstance(signal, Committed):
-        return signal.for_problem(question, dataset)
     if isinstance(signal, AllOf):
         return AllOf(*(for_problem(p, question, dataset) for p in signal.parts))
+    if callable(getattr(signal, "for_problem", None)):  # Committed, FinalAnswer: text probes bound to the question
+        return signal.for_problem(question, dataset)
     return signal

@@ -6,7 +6,10 @@ is admission's own. Scheduler time is the wall time spent inside the Scheduler's
 (``admit``, ``release``, ``ticket``, ``discard``, ``rekey``, ``register``, ``unregister``;
 outermost calls only), divided by the requests the backend saw. Issue 20 measured 1.74 ms per
 request at 1,000 programs (fcfs) when admission re-sorted every waiting ticket per request;
-the heap (``certa.runtime.scheduling.queue``) keeps it flat in N.
+the heap (``certa.runtime.scheduling.queue``) keeps it flat in N. LPM sorted every waiting
+ticket on every admission until issue 19 gave its FCFS fallback (> 128 waiting) a heap of its
+own: 1.14-1.22 ms per request at 1,000 programs before, 0.030-0.038 ms after (0.07-0.09 and
+0.04-0.05 ms at 125; shared 2-core box, two runs each, ``--max-requests 64``).
 
     python benchmarks/admission.py --json out/admission.json [--programs 125,1000] [--policies fcfs,certa]
 

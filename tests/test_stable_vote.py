@@ -100,3 +100,11 @@ def test_bench_presets_name_the_new_default_and_the_previous_one():
     assert isinstance(preset("sc-default"), StableVote)
     assert preset("weighted-vote").to_dict() == {"kind": "vote", "tau": 0.8, "length_weight": 0.25,
                                                  "confidence_floor": None, "min_samples": 2, "same": "math"}
+
+
+def test_a_huge_budget_left_uses_the_unbounded_limit_and_stays_cheap():
+    from certa.algorithms.signals.votes import EXACT_REMAINING, beta_half
+    limit = beta_half(5 + 1, 1 + 1) + beta_half(5 + 1, 0 + 1)  # the rival 1, and the unseen answers
+    assert majority_change_probability([5, 1], 0, 10**9) == pytest.approx(limit)
+    near = majority_change_probability([5, 1], 0, EXACT_REMAINING)
+    assert 0 < near <= limit and near == pytest.approx(limit, abs=0.02), "the exact sum approaches its limit"

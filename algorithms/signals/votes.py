@@ -21,7 +21,10 @@ seen answer, ``alpha_new`` for answers not seen yet plus the empty samples), and
 answers are its Dirichlet-multinomial predictive. The figure is the union bound
 ``sum_j P(answer j ends ahead of the leader)`` (ties to the earliest answer, as the vote breaks
 them; all unseen answers lumped as one rival), so it is 0 once no rival can catch up and it
-grows with the remaining budget and the diversity of the answers seen.
+grows with the remaining budget and the diversity of the answers seen. Beyond
+:data:`EXACT_REMAINING` samples left it uses the limit of an unbounded budget (each rival's
+posterior chance of the larger share, Adaptive-Consistency's statistic per pair), so a huge cap
+costs no more than a small one.
 
 Example:
     >>> v = VoteView(["18", "18", "7"], lengths=[0.3, 0.4, 0.9], complete=[True, True, True])
@@ -45,7 +48,7 @@ from typing import Any
 
 from certa.algorithms.answers.clustering import Same, cluster, is_empty
 
-__all__ = ["VoteView", "beta_half", "leader_weights", "majority_change_probability", "sample_confidence",
+__all__ = ["EXACT_REMAINING", "VoteView", "beta_half", "leader_weights", "majority_change_probability", "sample_confidence",
            "vote_certainty", "vote_counts", "vote_view", "vote_weights"]
 
 
@@ -160,6 +163,10 @@ def sample_confidence(logprobs: Sequence[float], window: int = 32) -> dict[str, 
     return {"mean_logprob": round(sum(lp) / len(lp), 4), "min_window_logprob": round(low / w, 4)}
 
 
+EXACT_REMAINING = 256
+"""Most samples left for which :func:`majority_change_probability` sums the predictive exactly."""
+
+
 def vote_counts(answers: Sequence[Any], same: Same = "math") -> tuple[list[int], int]:
     """(sizes of the non-empty answer clusters in first-occurrence order, number of empty answers)."""
     clusters = cluster(list(answers), same)
@@ -186,6 +193,8 @@ def majority_change_probability(counts: Sequence[int], empty: int, remaining: in
     rivals = [(counts[j], alpha, j < lead) for j in range(len(counts)) if j != lead]
     if alpha_new > 0:
         rivals.append((0, alpha_new, False))  # every unseen answer at once, after the leader in tie order
+    if remaining > EXACT_REMAINING:  # the unbounded-budget limit: P(rival's share > leader's), pair by pair
+        return min(1.0, sum(beta_half(cl + alpha, cj + aj) for cj, aj, _ in rivals))
     p = sum(_overtake(cl, cj, total - cl - alpha - cj - aj, remaining, alpha, aj, earlier) for cj, aj, earlier in rivals)
     return min(1.0, p)
 

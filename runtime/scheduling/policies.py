@@ -204,6 +204,9 @@ class StopCalibration:
         if not inflight:
             return False
         n = self.next_check(info.knob_used)
+        if n is None and info.est_remaining_tokens is not None and info.tokens_per_step:
+            n = info.knob_used + info.est_remaining_tokens / info.tokens_per_step - 1e-9  # the stop policy's
+            # own estimate: exactly the next check when it expects a stop there, later otherwise (cold start)
         if n is None or info.knob_used + inflight < n:
             return False
         p = self.rate(self.bin(info.certaindex))

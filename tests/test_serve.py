@@ -49,7 +49,9 @@ async def test_complete_answer_usage_and_certa_details():
     assert (c.content, c.answer, c.finish_reason, c.exit_reason) == ("\\boxed{18}", "18", "stop", "certaindex")
     usage = c.usage()
     per_request = len(AGREE.split())
-    assert usage["certa"] == {"main": 4 * per_request, "probe": 0, "score": 0, "requests": 4}
+    assert usage["certa"] == {"main": 4 * per_request, "probe": 0, "score": 0, "requests": 4, "knob_used": 4,
+                              "knob_cap": 16, "exit_reason": "certaindex", "tokens_saved": c.tokens_saved,
+                              "certaindex": 1.0}
     assert usage["completion_tokens"] == 4 * per_request and usage["prompt_tokens"] > 0
     assert usage["total_tokens"] == usage["prompt_tokens"] + usage["completion_tokens"]
     d = c.certa()

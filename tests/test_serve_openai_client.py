@@ -77,7 +77,9 @@ def test_chat_completion(client):
     per_request = len(respond(ct.GenRequest(prompt="")).split())
     assert r.usage.completion_tokens == 4 * per_request and r.usage.prompt_tokens > 0
     assert r.usage.total_tokens == r.usage.prompt_tokens + r.usage.completion_tokens
-    assert r.usage.model_extra["certa"] == {"main": 4 * per_request, "probe": 0, "score": 0, "requests": 4}
+    assert r.usage.model_extra["certa"] == {"main": 4 * per_request, "probe": 0, "score": 0, "requests": 4,
+                                            "knob_used": 4, "knob_cap": 16, "exit_reason": "certaindex",
+                                            "tokens_saved": r.model_extra["certa"]["tokens_saved"], "certaindex": 1.0}
     certa = r.model_extra["certa"]
     assert certa["exit_reason"] == "certaindex" and certa["knob_used"] == 4 and certa["tokens_saved"] > 0
     assert [p["value"] for p in certa["certaindex"]][-1] == 1.0 and certa["request_id"] == "client-req-7"

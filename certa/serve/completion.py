@@ -9,6 +9,10 @@ Example:
     >>> c = Completion.from_result(r, request_id="abc", model="sc", answer_format="boxed", latency_s=0.5)
     >>> c.content, c.finish_reason, c.usage()["completion_tokens"], c.usage()["certa"]["score"]
     ('\\boxed{18}', 'stop', 400, 20)
+    >>> c.usage()["certa"]["exit_reason"], c.usage()["certa"]["knob_used"], c.usage()["certa"]["tokens_saved"]
+    ('certaindex', 4, 1200)
+    >>> c.reasoning()
+    'certaindex 1.000 at knob 4 (400 tokens)\nexit certaindex at knob 4 of 16 (400 tokens, ~1200 saved)\n'
     >>> c.certa()["exit_reason"], c.certa()["certaindex"][0]["value"]
     ('certaindex', 1.0)
 """
@@ -22,7 +26,7 @@ from typing import Any, Literal
 from certa.runtime.result import Result
 from certa.runtime.types import CertaindexPoint, TokenUsage
 
-__all__ = ["Completion", "Heartbeat", "Progress", "format_answer"]
+__all__ = ["Completion", "Heartbeat", "Progress", "format_answer", "progress_line"]
 
 FinishReason = Literal["stop", "length"]
 
@@ -43,6 +47,18 @@ class Progress:
         if len(self.signals) > 1:
             out["signals"] = {k: round(v, 6) for k, v in self.signals.items()}
         return out
+
+    def text(self) -> str:
+        """One line for the ``reasoning_content`` channel: ``certaindex 0.750 at knob 4 (400 tokens)``."""
+        return progress_line(self.knob, self.value, self.tokens, self.signals)
+
+
+def progress_line(knob: int, value: float, tokens: int, signals: dict[str, float] | None = None) -> str:
+    """A certaindex measurement as a line of reasoning text (signals listed when several)."""
+    extra = ""
+    if signals and len(signals) > 1:
+        extra = " [" + ", ".join(f"{k} {v:.3f}" for k, v in signals.items()) + "]"
+    return f"certaindex {value:.3f} at knob {knob} ({tokens} tokens){extra}\n"
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,10 +116,28 @@ class Completion:
 
     def usage(self) -> dict[str, Any]:
         """OpenAI ``usage``: ``completion_tokens`` = main + probe + score decode tokens,
-        ``prompt_tokens`` = prefill tokens computed; ``certa`` splits the decode tokens by kind."""
+        ``prompt_tokens`` = prefill tokens computed; ``certa`` splits the decode tokens by kind
+        and adds the run's figures (knob used and cap, exit reason, tokens saved, the last
+        certaindex), so clients that keep ``usage`` (LangChain's ``response_metadata``) get them."""
         t = self.tokens
+        last = self.certaindex[-1].value if self.certaindex else None
         return {"prompt_tokens": t.prompt, "completion_tokens": t.total, "total_tokens": t.prompt + t.total,
-                "certa": {"main": t.main, "probe": t.probe, "score": t.score, "requests": t.requests}}
+                "certa": {"main": t.main, "probe": t.probe, "score": t.score, "requests": t.requests,
+                          "knob_used": self.knob_used, "knob_cap": self.knob_cap, "exit_reason": self.exit_reason,
+                          "tokens_saved": self.tokens_saved,
+                          "certaindex": None if last is None else round(last, 6)}}
+
+    def exit_line(self) -> str:
+        """The run's outcome as a line of reasoning text: ``exit certaindex at knob 4 of 16 (160
+        tokens, ~480 saved)``."""
+        cap = "" if self.knob_cap is None else f" of {self.knob_cap}"
+        return (f"exit {self.exit_reason} at knob {self.knob_used}{cap} ({self.tokens.total} tokens, "
+                f"~{self.tokens_saved} saved)\n")
+
+    def reasoning(self) -> str:
+        """The ``reasoning_content`` of a non-streaming response: one line per certaindex point,
+        then the exit line (what a stream sends as ``reasoning_content`` deltas)."""
+        return "".join(progress_line(p.knob, p.value, p.tokens, p.signals) for p in self.certaindex) + self.exit_line()
 
     def certa(self) -> dict[str, Any]:
         """The ``certa`` extension of a response: trajectory, exit reason, savings, knob."""

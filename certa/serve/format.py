@@ -1,14 +1,23 @@
 r"""OpenAI wire format: Completions and Progress as chat/text completion objects and SSE chunks.
 
-Progress travels as chunks with an empty content delta and a ``certa`` extension field
-(``{"event": "certaindex", "value", "knob", "tokens"}``): the official client parses them as
-ordinary chunks (extra fields are kept on the object), other clients see empty deltas.
+certaindex progress goes where OpenAI-compatible clients keep a model's reasoning: chat
+chunks carry it as a ``reasoning_content`` delta (one line per update, e.g. ``certaindex
+0.750 at knob 4 (400 tokens)``; DeepSeek's and vLLM's field, read by LangChain's ChatDeepSeek
+into ``additional_kwargs["reasoning_content"]`` and by litellm as ``delta.reasoning_content``),
+beside an empty ``content`` and the structured ``certa`` extension field (``{"event":
+"certaindex", "value", "knob", "tokens"}``, kept by the official client on
+``chunk.model_extra``). Before the answer a last ``reasoning_content`` line gives the exit; a
+non-streaming chat message carries all these lines as ``message.reasoning_content``. The
+``usage`` object's ``certa`` member holds the run's figures (see
+:meth:`~certa.serve.completion.Completion.usage`). Text completions have no delta: their
+progress chunks are empty text plus the ``certa`` field.
 
 Example:
     >>> from certa.serve.completion import Progress
     >>> f = Formatter("chat", request_id="r1", model="sc", created=0)
-    >>> f.progress(Progress("sc-0", 4, 0.75, 400))["choices"][0]["delta"], f.progress(Progress("sc-0", 4, 0.75, 400))["certa"]["value"]
-    ({'content': ''}, 0.75)
+    >>> chunk = f.progress(Progress("sc-0", 4, 0.75, 400))
+    >>> chunk["choices"][0]["delta"], chunk["certa"]["value"]
+    ({'content': '', 'reasoning_content': 'certaindex 0.750 at knob 4 (400 tokens)\n'}, 0.75)
     >>> sse({"a": 1})
     b'data: {"a":1}\n\n'
 """
@@ -60,10 +69,11 @@ class Formatter:
         return {"id": self.id, "object": obj, "created": self.created, "model": self.model}
 
     def response(self, c: Completion) -> dict[str, Any]:
-        """The non-streaming response body."""
+        """The non-streaming response body (chat: the progress lines as ``message.reasoning_content``)."""
         if self.kind == "chat":
-            choice: dict[str, Any] = {"index": 0, "message": {"role": "assistant", "content": c.content},
-                                      "finish_reason": c.finish_reason, "logprobs": None}
+            message = {"role": "assistant", "content": c.content, "reasoning_content": c.reasoning()}
+            choice: dict[str, Any] = {"index": 0, "message": message, "finish_reason": c.finish_reason,
+                                      "logprobs": None}
             head = self._head("chat.completion")
         else:
             choice = {"index": 0, "text": c.content, "finish_reason": c.finish_reason, "logprobs": None}
@@ -84,12 +94,15 @@ class Formatter:
         return self._chunk({"role": "assistant", "content": ""}, "", None)
 
     def progress(self, p: Progress) -> dict[str, Any]:
-        """A certaindex update: an empty content delta plus the ``certa`` extension."""
-        return {**self._chunk({"content": ""}, "", None), "certa": p.as_dict()}
+        """A certaindex update: a ``reasoning_content`` line (chat) beside an empty content
+        delta, plus the ``certa`` extension."""
+        return {**self._chunk({"content": "", "reasoning_content": p.text()}, "", None), "certa": p.as_dict()}
 
     def final(self, c: Completion, include_usage: bool) -> list[dict[str, Any]]:
-        """The answer chunk, the finish chunk (with the ``certa`` details), and the usage chunk."""
-        out = [self._chunk({"content": c.content}, c.content, None)]
+        """Chat: the exit as a ``reasoning_content`` line; then the answer chunk, the finish chunk
+        (with the ``certa`` details), and the usage chunk (``usage.certa``: the run's figures)."""
+        out = [self._chunk({"content": "", "reasoning_content": c.exit_line()}, "", None)] if self.kind == "chat" else []
+        out.append(self._chunk({"content": c.content}, c.content, None))
         out.append({**self._chunk({}, "", c.finish_reason), "certa": {"event": "done", **c.certa()}})
         if include_usage:
             out.append({**self._head("chat.completion.chunk" if self.kind == "chat" else "text_completion"),

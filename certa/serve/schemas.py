@@ -44,7 +44,8 @@ class CertaOptions(BaseModel):
     this run may spend, at most the server's ``--max-knob``; ``preset``: a CoT saving-effort
     preset (``mild`` ... ``crazy``); ``deadline_s``: the latency SLO this request counts
     against in ``/metrics``; ``answer_format``: ``boxed`` (``\boxed{18}``) or ``plain``
-    (``18``); ``progress``: stream certaindex updates as chunks (default true).
+    (``18``); ``progress``: stream certaindex updates as chunks (a ``reasoning_content`` line
+    each, plus the ``certa`` field; default true).
     """
 
     model_config = ConfigDict(extra="forbid", strict=True)

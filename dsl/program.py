@@ -353,7 +353,7 @@ class GraphProgram(Program):
         """Start the task of an allocated branch."""
         assert self._ctx is not None
         ctx = self._ctx.child(spec.name, branch, payload)
-        task = asyncio.ensure_future(self._run_step(spec, ctx))
+        task = asyncio.get_running_loop().create_task(self._run_step(spec, ctx))  # ensure_future: +2.7% a step
         self._tasks[task] = (spec.name, branch)
 
     async def _run_step(self, spec: StepSpec, ctx: Context) -> None:

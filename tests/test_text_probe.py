@@ -133,3 +133,21 @@ def test_text_method_calibrates_on_the_split_machinery(traces):
     assert grid and all(isinstance(c.signal, Committed) for c in grid)
     calib = calibrate(traces, "cot", method="text")
     assert calib.scores.accuracy >= calib.baseline.accuracy and calib.tried == len(grid)
+
+
+def test_statements_of_a_growing_chain_do_not_depend_on_what_was_read_before():
+    """Reading a chain probe by probe (live, replay) gives the statements of a fresh scan of
+    each prefix: "18." at the very end is not complete ("18.5" may follow), and a statement
+    far into a long chain is found whatever prefix was scanned first."""
+    q = "A pen costs $1.20 and an eraser $0.30. How much in dollars do 8 pens cost?"
+    chain = ("First, 1.20 + 0.30 = 1.50. So one pen costs 1.50 dollars.\n\n" + "Let me think about it. " * 30
+             + "\n\nTherefore the cost is 1.5 * 8 = 12 dollars.\nSo the answer is:\n\n12. " + "Yes. " * 150
+             + "So the total cost is 12.5 dollars? No, the answer is 12.\n")
+    fresh = lambda i: [s for s in _scan(chain[:i], "gsm8k", q)]  # noqa: E731
+    cuts = list(range(1, len(chain) + 1, 9)) + [len(chain)]
+    for order in (cuts, cuts[::-1], random.Random(0).sample(cuts, len(cuts))):
+        from certa.algorithms.signals.text import _CHAINS
+        _CHAINS.seen.clear()
+        for i in order:
+            assert statements(chain[:i], dataset="gsm8k", question=q) == fresh(i), i
+    assert committed_answer("So the answer is 1.", dataset="gsm8k", question=q) == ""  # may still be "1.5"

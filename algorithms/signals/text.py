@@ -162,10 +162,13 @@ def _names_quantity(sentence: str, wanted: frozenset[str]) -> bool:
     return any(w in low if not w.isalpha() else re.search(rf"\b{re.escape(w)}", low) for w in wanted)
 
 
+_CLOSE = re.compile(r"\n|[.?!]\s")
+
+
 def _close(text: str, pos: int) -> int | None:
-    """Where the sentence holding ``pos`` ends (newline, ". ", "?", "!"), within 200 chars;
-    None when the text ends first (the statement is not complete yet)."""
-    m = re.compile(r"\n|[.?!](?:\s|$)").search(text, pos, pos + 200)
+    """Where the sentence holding ``pos`` ends (a newline, or ".", "?", "!" and a space), within
+    200 chars; None when the text ends first (the statement is not complete yet)."""
+    m = _CLOSE.search(text, pos, pos + 200)  # "18." at the very end may still become "18.5"
     if m is not None:
         return m.end()
     return pos + 200 if len(text) >= pos + 200 else None
@@ -190,7 +193,7 @@ def _scan(text: str, dataset: str, question: str) -> list[Statement]:
                 continue
             v, end = got[0], m.end() + got[1]
             done = _close(text, end)
-            if done is None or _not_final(text[end:done + 1]) or _hypothetical(text, m.start()):
+            if done is None or _not_final(text[end:done]) or _hypothetical(text, m.start()):
                 continue
             if kind == "conclude":
                 if "=" in text[end:done]:  # "so 3 + 4 = 7 ... = 9": the clause's last value is its result
@@ -207,9 +210,9 @@ def _scan(text: str, dataset: str, question: str) -> list[Statement]:
 
 
 class _Chains:
-    """Statements per chain, computed once: a text that extends (or is a prefix of) a chain
-    seen before reuses its statements (replay cuts chains at many positions; live streams
-    grow them), so each probe costs a prefix comparison, not a rescan."""
+    """Statements per chain: a prefix of a text seen before reuses its statements (replay
+    cuts chains at many positions), so such a probe costs a prefix comparison, not a rescan;
+    a text that extends it is rescanned, so the result never depends on what was seen first."""
 
     def __init__(self, size: int = 4096) -> None:
         self.size, self.seen = size, {}
@@ -219,17 +222,9 @@ class _Chains:
         hit = self.seen.get(key)
         if hit is not None and len(hit[0]) >= len(text) and hit[0].startswith(text):
             return [s for s in hit[1] if s.done <= len(text)]
-        if hit is not None and text.startswith(hit[0]) and len(hit[0]) > 600:
-            cut = text.rfind("\n", 0, len(hit[0]) - 600) + 1
-            keep = [s for s in hit[1] if s.done <= cut]
-            if cut > 0:
-                more = [Statement(s.end + cut, s.value, s.kind, s.done + cut)
-                        for s in _scan(text[cut:], dataset, question)]
-                found = keep + [s for s in more if s.done > cut]
-            else:
-                found = _scan(text, dataset, question)
-        else:
-            found = _scan(text, dataset, question)
+        # a longer text is scanned whole: rescanning only its end (from a line break) missed
+        # statements that span the cut and depended on which prefix was seen first
+        found = _scan(text, dataset, question)
         if len(self.seen) >= self.size:
             self.seen.pop(next(iter(self.seen)))
         self.seen[key] = (text, found)

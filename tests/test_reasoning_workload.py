@@ -148,3 +148,28 @@ def test_docstring_examples_run(module):
     import importlib
     res = doctest.testmod(importlib.import_module(module))
     assert res.failed == 0 and res.attempted > 0
+
+
+def test_online_slo_reasoning_writes_the_regime_table_json_and_plot(tmp_path):
+    import importlib.util
+    import json
+    from pathlib import Path
+
+    pytest.importorskip("matplotlib")
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "online_slo.py"
+    spec = importlib.util.spec_from_file_location("online_slo_bench", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    rc = bench.main(["--workload", "reasoning", "--regimes", "6", "--n-programs", "6", "--quick",
+                     "--policies", "fcfs,app-fifo,certa", "--out", str(tmp_path)])
+    assert rc == 0
+    rep = json.loads((tmp_path / "online_slo_reasoning.json").read_text())
+    (res,) = rep["regimes"]
+    assert res["simulator"] and res["preset"]["source"] == "estimate" and res["workload"]["programs"] == 6
+    assert set(res["modes"]) == {"all", "system"}
+    for m in res["modes"].values():
+        assert set(m["max_rate"]) == {"fcfs", "app-fifo", "certa"} and "max_rate certa/fcfs" in m["ratios"]
+        assert all(len(a) == len(res["rates"]) for a in m["attainment"].values())
+        assert m["latency_cdf"]["certa"][-1][1] == 1.0
+    assert res["workload"]["slo_scale"] >= 3.0 and "| 6 |" in rep["table"]
+    assert Path(res["plot"]).is_file()

@@ -373,7 +373,7 @@ class GraphProgram(Program):
         except Exception as exc:  # delivered to execute(), which names program/step/branch
             item = (asyncio.current_task(), spec.name, ctx.branch, None, exc)
         if events.active:
-            ctx.emit("step_end", ok=item[4] is None, update=out if item[4] is None and isinstance(out, dict) else None)
+            ctx.emit("step_end", ok=item[4] is None, update=item[3])
         self._done.put(item)
 
 

@@ -98,17 +98,17 @@ class Context:
         wraps it in the model's chat template. ``stream=True`` returns a
         :class:`~certa.runtime.token_stream.TokenStream` instead: ``async for chunk in
         ctx.gen(prompt, stream=True)`` yields TokenChunks (``chunk.text``) as they are decoded,
-        and awaiting it gives the GenResult."""
-        args = (prompt, kind, max_tokens, temperature, top_p, top_k, seed, stop, logprobs, chat, prefix_hint)
+        and awaiting it gives the GenResult. Prompts and ``max_tokens`` over the runtime's
+        limits raise CT205 at the call (a stream: when first iterated), before anything is sent."""
         if stream:
-            return TokenStream(self, lambda: self._request(*args))
-        return self._gen(*args)
-
-    async def _gen(self, *args: Any) -> GenResult:
-        req = self._request(*args)
+            return TokenStream(self, lambda: self._request(prompt, kind, max_tokens, temperature, top_p, top_k, seed,
+                                                           stop, logprobs, chat, prefix_hint))
+        # the request is built now (limits raise at the call) and the submit coroutine returned as is
+        req = self._request(prompt, kind, max_tokens, temperature, top_p, top_k, seed, stop, logprobs, chat,
+                            prefix_hint)
         if tokens_wanted():  # Runtime.stream(mode="tokens"): stream every gen out as token events
-            return await self.run.submit(req, self, on_text=token_emitter(self, req))
-        return await self.run.submit(req, self)
+            return self.run.submit(req, self, on_text=token_emitter(self, req))
+        return self.run.submit(req, self)
 
     async def score(self, prompt: str, options: tuple[str, ...] = ("Yes", "No"), *, chat: bool = False) -> ScoreResult:
         """Probability of each option as the next text (self-evaluation rewards)."""

@@ -7,7 +7,7 @@ delivers to the *sink bound in the emitting task's context* (:func:`bind_sink`):
 that inherit the program task's context) without filtering every program's events.
 
 Kinds and their data: ``program_start`` (name, knob_cap), ``step_start``, ``step_end`` (ok,
-update: the dict the step returned, or None), ``certaindex`` (value, signals, knob, tokens),
+update: what the step returned, a dict of updates or None), ``certaindex`` (value, signals, knob, tokens),
 ``request_sent`` (rid, token_kind), ``request_done`` (rid, token_kind, tokens), ``token``
 (rid, text, attempt: a streamed text chunk), ``exit`` (reason, tokens, tokens_saved, error).
 
@@ -56,11 +56,10 @@ class EventBus:
     @property
     def active(self) -> bool:
         """True when a listener is subscribed or a sink is bound in the current context."""
-        return bool(self._listeners) or self._sink() is not None
-
-    def _sink(self) -> Sink | None:
+        if self._listeners:
+            return True
         bound = _SINK.get()
-        return bound[1] if bound is not None and bound[0] is self else None
+        return bound is not None and bound[0] is self
 
     def subscribe(self, fn: Callable[[Event], None]) -> Callable[[], None]:
         """Register ``fn``; returns a function that unsubscribes it."""
@@ -69,8 +68,9 @@ class EventBus:
 
     def emit(self, kind: str, program_id: str, step: str | None = None, branch: int | None = None,
              **data: Any) -> None:
-        sink = self._sink()
-        if not self._listeners and sink is None:
+        bound = _SINK.get()
+        sink = bound[1] if bound is not None and bound[0] is self else None
+        if sink is None and not self._listeners:
             return
         ev = Event(kind, program_id, time.monotonic(), step, branch, data)
         if sink is not None:

@@ -90,7 +90,7 @@ def _part(mode: str, ev: Event) -> StreamPart | None:
     d = ev.data
     if mode == "updates" and ev.kind == "step_end" and d.get("ok", True):
         update = d.get("update")
-        return StepUpdate(ev.program_id, ev.step or "", ev.branch or 0, dict(update) if update else {})
+        return StepUpdate(ev.program_id, ev.step or "", ev.branch or 0, dict(update) if isinstance(update, dict) else {})
     if mode == "tokens" and ev.kind == "token":
         return TokenChunk(d["text"], d["rid"], ev.program_id, ev.step or "", ev.branch or 0, d.get("attempt", 0))
     if mode == "certaindex" and ev.kind == "certaindex":

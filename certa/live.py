@@ -20,7 +20,7 @@ Without Jupyter (prints to ``out``):
     ...     r = rt.run_sync(build("sc", cap=8), question="2+2?")
     >>> row = live.rows[0]
     >>> row.status, row.knob_used, row.certaindex
-    ('certaindex', 2, 1.0)
+    ('certaindex', 3, 1.0)
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Literal, overload
 
 from certa.runtime.backends.base import probe_kwargs
 from certa.runtime.errors import BackendError, CertaError, LimitExceededError
-from certa.runtime.token_stream import TokenStream, token_emitter, tokens_wanted
+from certa.runtime.token_stream import _TOKENS, TokenStream, token_emitter, tokens_wanted
 from certa.runtime.types import GenRequest, GenResult, ScoreRequest, ScoreResult, TokenKind
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -106,7 +106,7 @@ class Context:
         # the request is built now (limits raise at the call) and the submit coroutine returned as is
         req = self._request(prompt, kind, max_tokens, temperature, top_p, top_k, seed, stop, logprobs, chat,
                             prefix_hint)
-        if tokens_wanted():  # Runtime.stream(mode="tokens"): stream every gen out as token events
+        if _TOKENS.get():  # Runtime.stream(mode="tokens"): stream every gen out as token events
             return self.run.submit(req, self, on_text=token_emitter(self, req))
         return self.run.submit(req, self)
 

@@ -52,6 +52,21 @@ def program_source(name: str, body: str, *, state: str = "answers", knob: str = 
     return f"{head}\ng = ct.Graph(S, knob={knob}, name={name!r})\n\n" + textwrap.dedent(body)
 
 
+def wait_for_serve_port(proc: subprocess.Popen, timeout_s: float = 30.0) -> int:
+    """Read a ``certa serve --port 0`` process's log until uvicorn names its port; the port."""
+    import re
+    import time
+
+    lines: list[str] = []
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        lines.append(line)
+        if m := re.search(r"Uvicorn running on http://127\.0\.0\.1:(\d+)", line):
+            return int(m.group(1))
+    raise AssertionError("certa serve did not report its port:\n" + "".join(lines))
+
+
 def stop_process(proc: subprocess.Popen, grace_s: float = 10.0, kill_wait_s: float = 5.0) -> None:
     """Ask ``proc`` to exit (SIGTERM); kill it if it is still there ``grace_s`` later, then reap it."""
     proc.terminate()

@@ -25,7 +25,7 @@ from certa.serve import (BadRequestError, Completion, Heartbeat, Progress, Serve
                          UnknownModelError)
 from certa.serve.schemas import ChatRequest, CompletionRequest, parse_request
 
-from .conftest import program_source
+from .conftest import program_source, wait_for_serve_port
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 AGREE = "Let me think. The answer is \\boxed{18}."
@@ -270,14 +270,7 @@ def test_cli_serve_answers_then_shuts_down_on_sigterm():
                              "--max-knob", "8", "--log-level", "info"], cwd=ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, env={**os.environ, "COLUMNS": "200"})
     try:
-        port, lines = None, []
-        deadline = time.monotonic() + 30
-        while port is None and time.monotonic() < deadline:
-            line = proc.stdout.readline()
-            lines.append(line)
-            if m := re.search(r"Uvicorn running on http://127\.0\.0\.1:(\d+)", line):
-                port = int(m.group(1))
-        assert port, "".join(lines)
+        port = wait_for_serve_port(proc, 30)
         r = httpx.post(f"http://127.0.0.1:{port}/v1/chat/completions", headers={"X-Request-Id": "cli-1"},
                        json={"model": "sc", "messages": [{"role": "user", "content": "2+2?"}]}, timeout=30)
         assert r.status_code == 200 and r.headers["x-request-id"] == "cli-1"

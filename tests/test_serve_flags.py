@@ -25,6 +25,7 @@ pytest.importorskip("uvicorn", reason="uvicorn is not installed (pip install 'ce
 from certa.cli import app  # noqa: E402
 from certa.serve import launch  # noqa: E402
 from certa.serve.connections import ConnectionLimits  # noqa: E402
+from .conftest import wait_for_serve_port  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 runner = CliRunner()
@@ -92,14 +93,7 @@ def test_certa_serve_enforces_its_connection_flags():
                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             env={**os.environ, "COLUMNS": "200"})
     try:
-        port, lines = None, []
-        deadline = time.monotonic() + 60
-        while port is None and time.monotonic() < deadline:
-            line = proc.stdout.readline()
-            lines.append(line)
-            if m := re.search(r"Uvicorn running on http://127\.0\.0\.1:(\d+)", line):
-                port = int(m.group(1))
-        assert port, "".join(lines)
+        port = wait_for_serve_port(proc, 60)
         health = b"GET /health HTTP/1.1\r\nHost: t\r\n\r\n"
         # --keep-alive-timeout 0.5: answered, then the idle connection is closed
         answer, closed_after = _request(port, health)

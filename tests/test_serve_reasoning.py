@@ -7,6 +7,7 @@ the official ``openai`` client; LangChain's ChatDeepSeek and litellm when instal
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -101,7 +102,12 @@ def test_the_official_client_keeps_reasoning_content_on_the_delta(served):
                         if c.choices)
     assert reasoning.startswith("certaindex 0.") and "exit certaindex" in reasoning
     assert chunks[-1].usage.model_extra["certa"]["exit_reason"] == "certaindex"
-    assert plain.choices[0].message.model_extra["reasoning_content"] == reasoning  # same lines either way
+    # same lines either way; the token figures at each point depend on which branches finished first
+    assert _without_counts(plain.choices[0].message.model_extra["reasoning_content"]) == _without_counts(reasoning)
+
+
+def _without_counts(reasoning: str) -> str:
+    return re.sub(r"\d+ tokens|~\d+ saved", "#", reasoning)
 
 
 def test_langchain_message_chunks_concatenate_the_reasoning():

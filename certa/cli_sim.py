@@ -133,9 +133,14 @@ def _fmt(rate: float | None) -> str:
     return "-" if rate is None else f"{rate:.3g}"
 
 
-def fit_records(records: str | pathlib.Path, json_out: str | pathlib.Path | None = None) -> FitReport:
-    """Fit the cost model to an :class:`~certa.runtime.sim.cost_model.IterationRecord` JSONL log."""
-    report = fit_cost_model(load_records(records))
+def fit_records(records: str | pathlib.Path, json_out: str | pathlib.Path | None = None, *,
+                wall: bool = False, tile: int | None = None) -> FitReport:
+    """Fit the cost model to an :class:`~certa.runtime.sim.cost_model.IterationRecord` JSONL log.
+
+    ``wall``: fit the whole iteration period (sampling included) instead of the forward pass;
+    ``tile``: also fit the cost of tokens past the batch's last whole tile (CPU engine: 4).
+    """
+    report = fit_cost_model(load_records(records), target="wall_seconds" if wall else "seconds", tile=tile)
     if json_out is not None:
         pathlib.Path(json_out).write_text(json.dumps(report.as_dict(), indent=1) + "\n", encoding="utf-8")
     return report
@@ -229,20 +234,26 @@ def simulate(
 def fit(
     records: pathlib.Path = typer.Argument(..., help="iteration records (JSONL of IterationRecord)"),
     json_out: Optional[pathlib.Path] = typer.Option(None, "--json", help="write the fit here"),
+    wall: bool = typer.Option(False, "--wall", help="fit the whole iteration (batch formation, decode, "
+                              "sampling: wall_seconds) instead of the forward pass"),
+    tile: Optional[int] = typer.Option(None, "--tile", min=1, help="also fit r, the cost of each token past "
+                                       "the batch's last whole tile (the CPU llama.cpp engine: 4)"),
     debug: bool = typer.Option(False, help="show tracebacks"),
 ) -> None:
-    """Fit t = a + b·N + c·K + d·P (non-negative least squares) to measured engine iterations.
+    """Fit t = a + b·N + c·K + d·P (+ r·(N mod tile)) (non-negative least squares) to measured
+    engine iterations.
 
-    Example: certa sim fit iterations.jsonl --json fit.json
+    Example: certa sim fit iterations.jsonl --wall --tile 4 --json fit.json
     """
     try:
-        rep = fit_records(records, json_out)
+        rep = fit_records(records, json_out, wall=wall, tile=tile)
     except CertaError as exc:
         _fail(exc, debug)
         return
     m = rep.model
     out.print(f"records {rep.n}: a={m.a * 1e3:.4g} ms  b={m.b * 1e3:.4g} ms/token  c={m.c * 1e3:.4g} ms/KV token  "
-              f"d={m.d * 1e3:.4g} ms/pair  MAPE {rep.mape:.1%} (max {rep.max_rel_err:.1%})", soft_wrap=True)
+              f"d={m.d * 1e3:.4g} ms/pair" + (f"  r={m.r * 1e3:.4g} ms/token past a tile of {m.tile}" if tile else "")
+              + f"  MAPE {rep.mape:.1%} (max {rep.max_rel_err:.1%})", soft_wrap=True)
 
 
 __all__ = ["app", "fit", "fit_records", "plot_sweep", "print_summary", "simulate", "simulate_workload"]

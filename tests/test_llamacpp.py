@@ -272,6 +272,9 @@ async def test_iteration_records(llama, tmp_path):
     from certa.runtime.sim.cost_model import load_records
     recs = llama.engine.iterations
     assert recs and all(r.seconds > 0 and r.n_tokens > 0 for r in recs)
+    # the whole iteration (batch formation + decode + sampling) is timed too, back to back
+    assert all(r.wall_seconds >= r.seconds and r.started > 0 for r in recs)
+    assert all(b.started >= a.started + a.wall_seconds for a, b in zip(recs, recs[1:]))
     assert any(r.kv_read > 0 for r in recs) and any(r.prefill_pairs > 0 for r in recs)
     assert recs[-1].source.startswith("llamacpp:qwen2.5-coder-0.5b")
     n = llama.engine.dump_iterations(tmp_path / "it.jsonl")

@@ -160,6 +160,36 @@ def test_fit_recovers_the_simulators_own_iterations():
         fit_cost_model(res.stats.records[:3])
 
 
+def test_the_tile_term_charges_tokens_past_the_last_whole_tile():
+    m = CostModel(a=0.04, b=0.015, c=0.0, d=0.0, r=0.02, tile=4)
+    t = [m.iteration_time(n, 0, 0.0) for n in (3, 4, 5, 8)]
+    assert t[0] > t[1]  # three decodes cost more than four: the remainder takes the slow path
+    assert t[1] == pytest.approx(0.04 + 4 * 0.015) and t[2] == pytest.approx(0.04 + 5 * 0.015 + 0.02)
+    assert CostModel(a=0.04, b=0.015, c=0.0, d=0.0).iteration_time(3, 0, 0.0) == pytest.approx(0.085)
+    with pytest.raises(ConfigError):
+        CostModel(a=0.0, b=0.0, c=0.0, d=0.0, r=-1e-3)
+
+
+def test_fit_with_a_tile_recovers_the_remainder_cost_the_linear_fit_cannot():
+    true = CostModel(a=2e-2, b=1.5e-2, c=3e-5, d=1e-6, r=2.5e-2, tile=4)
+    rng = random.Random(1)
+    recs = []
+    for _ in range(400):
+        n = rng.randint(1, 16)
+        k = n * rng.randint(50, 900)
+        recs.append(IterationRecord(n, k, 0.0, 0.0, n, 0, wall_seconds=true.iteration_time(n, k, 0.0)
+                                    * (1 + rng.gauss(0, 0.01))))
+    for n in (40, 200, 480):
+        recs.append(IterationRecord(n, 0, prefill_pairs(n, 0), 0.0, 0, 1,
+                                    wall_seconds=true.iteration_time(n, 0, prefill_pairs(n, 0))))
+    tiled = fit_cost_model(recs, target="wall_seconds", tile=4)
+    assert tiled.model.tile == 4 and tiled.model.r == pytest.approx(true.r, rel=0.05)
+    assert tiled.mape < 0.02
+    assert fit_cost_model(recs, target="wall_seconds").mape > 3 * tiled.mape
+    with pytest.raises(ConfigError, match="wall_seconds"):  # forward-pass-only records cannot give wall times
+        fit_cost_model([IterationRecord(1, 10, 0.0, 0.01)] * 4, target="wall_seconds")
+
+
 def test_validate_reports_median_relative_error():
     rep = validate({"a": 11.0, "b": 8.0, "c": 30.0, "x": 1.0}, {"a": 10.0, "b": 10.0, "c": 30.0, "y": 2.0})
     assert rep.n == 3 and rep.median_rel_err == pytest.approx(0.1) and rep.missing == ("x", "y")
@@ -327,6 +357,14 @@ def test_cli_simulate_and_fit(tmp_path):
     res = runner.invoke(app, ["fit", str(recs), "--json", str(tmp_path / "fit.json")])
     assert res.exit_code == 0 and "MAPE 0.0%" in res.output
     assert json.loads((tmp_path / "fit.json").read_text())["model"]["a"] == pytest.approx(COST.a)
+    res = runner.invoke(app, ["fit", str(recs), "--wall"])  # these records carry no whole-iteration times
+    assert res.exit_code == 2 and "CT300" in res.output and "wall_seconds" in res.output
+    tiled = CostModel(a=0.02, b=0.015, c=1e-5, d=0.0, r=0.03, tile=4)
+    with RecordWriter(tmp_path / "wall.jsonl") as log:
+        for n, k in [(1, 100), (2, 300), (3, 500), (4, 900), (5, 700), (7, 2000), (8, 1600), (13, 5000)]:
+            log.write(n_tokens=n, kv_read=k, prefill_pairs=0.0, seconds=0.01, wall_seconds=tiled.iteration_time(n, k, 0))
+    res = runner.invoke(app, ["fit", str(tmp_path / "wall.jsonl"), "--wall", "--tile", "4"])
+    assert res.exit_code == 0 and "r=30 ms/token past a tile of 4" in res.output and "MAPE 0.0%" in res.output
 
 
 def test_sweep_plots(tmp_path):

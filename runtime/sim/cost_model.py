@@ -1,9 +1,14 @@
-"""Iteration cost model ``t = a + b·N + c·K + d·P (+ o)`` and measured iteration records.
+"""Iteration cost model ``t = a + b·N + c·K + d·P (+ o) (+ r·(N mod tile))`` and measured iteration records.
 
 * ``N``: tokens processed in the iteration (1 per decoding request + prefill tokens);
 * ``K``: KV tokens read by the decoding requests (sum of their context lengths);
 * ``P``: prefill query·key pairs, ``Σ n_i·(p_i + n_i/2)`` over prefill chunks with ``n_i``
-  new and ``p_i`` already cached tokens (:func:`prefill_pairs`).
+  new and ``p_i`` already cached tokens (:func:`prefill_pairs`);
+* ``N mod tile``: tokens left over past the last whole tile of the batch. Some CPU kernels
+  (llama.cpp's repacked K-quant matmuls) multiply ``tile`` = 4 tokens at a time and send the
+  remainder through the slower one-token path, so a batch of 3 decodes costs more than one
+  of 4 on the CPU engine (measured, see ``benchmarks/sim_validate_cpu.py``); ``r`` = 0 (the
+  default, and every GPU preset) leaves the model linear.
 
 Engines that can time their iterations (the CPU llama.cpp engine) log one
 :class:`IterationRecord` per iteration with :class:`RecordWriter`; :mod:`.fit` fits the
@@ -35,7 +40,8 @@ def prefill_pairs(new: int, cached: int) -> float:
 
 @dataclass(frozen=True, slots=True)
 class CostModel:
-    """Seconds per engine iteration. ``b_small`` (if set) replaces ``b`` when ``N <= small_n``."""
+    """Seconds per engine iteration. ``b_small`` (if set) replaces ``b`` when ``N <= small_n``;
+    ``r`` charges each token past the last whole ``tile`` of the batch."""
 
     a: float
     b: float
@@ -44,17 +50,20 @@ class CostModel:
     o: float = 0.0
     b_small: float | None = None
     small_n: int = 256
+    r: float = 0.0
+    tile: int = 4
 
     def __post_init__(self) -> None:
-        if min(self.a, self.b, self.c, self.d, self.o) < 0:
-            raise ConfigError(f"cost model coefficients must be >= 0: {self}")
+        if min(self.a, self.b, self.c, self.d, self.o, self.r) < 0 or self.tile < 1:
+            raise ConfigError(f"cost model coefficients must be >= 0 (tile >= 1): {self}")
 
     def per_token(self, n: int) -> float:
         return self.b_small if self.b_small is not None and n <= self.small_n else self.b
 
     def iteration_time(self, n: int, k: float, p: float) -> float:
         """Seconds for one iteration with ``n`` tokens, ``k`` KV reads and ``p`` prefill pairs."""
-        return self.a + self.o + self.per_token(n) * n + self.c * k + self.d * p
+        t = self.a + self.o + self.per_token(n) * n + self.c * k + self.d * p
+        return t + self.r * (n % self.tile) if self.r else t
 
     def as_dict(self) -> dict[str, float | int | None]:
         return asdict(self)
@@ -65,7 +74,9 @@ class IterationRecord:
     """One measured engine iteration: the cost model's inputs and the wall time it took.
 
     ``n_decode``/``n_prefill`` count requests (informational); ``source`` names the engine
-    and machine, e.g. ``"llamacpp:qwen2.5-0.5b-q4:2core"``.
+    and machine, e.g. ``"llamacpp:qwen2.5-0.5b-q4:2core"``. ``seconds`` times the forward
+    pass; ``wall_seconds`` (when logged) the whole iteration period, sampling included, which
+    is what a simulator that runs iterations back to back must charge.
     """
 
     n_tokens: int
@@ -75,6 +86,8 @@ class IterationRecord:
     n_decode: int = 0
     n_prefill: int = 0
     source: str = ""
+    wall_seconds: float = 0.0  # the whole iteration (batch formation + decode + sampling); 0 = not timed
+    started: float = 0.0  # when the iteration began (the engine's perf_counter clock); 0 = unknown
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), separators=(",", ":"))
@@ -86,7 +99,8 @@ class IterationRecord:
         if missing:
             raise ConfigError(f"iteration record lacks {sorted(missing)}")
         rec = cls(**{k: v for k, v in data.items() if k in names})
-        if rec.n_tokens < 0 or rec.kv_read < 0 or rec.prefill_pairs < 0 or not rec.seconds >= 0:
+        if (rec.n_tokens < 0 or rec.kv_read < 0 or rec.prefill_pairs < 0 or not rec.seconds >= 0
+                or not rec.wall_seconds >= 0):
             raise ConfigError(f"iteration record has negative values: {data}")
         return rec
 

@@ -1,7 +1,8 @@
 """Fit the cost model to measured iterations; validate predicted vs measured completion times.
 
-:func:`fit_cost_model` solves ``seconds ≈ a + b·N + c·K + d·P`` by non-negative least
-squares (columns scaled, exact NNLS by enumerating active sets — 4 unknowns), and reports
+:func:`fit_cost_model` solves ``seconds ≈ a + b·N + c·K + d·P (+ r·(N mod tile))`` by
+non-negative least squares (columns scaled, exact NNLS by enumerating active sets — 4 or 5
+unknowns), and reports
 the iteration-level MAPE (Vidur's acceptance bar is < 10%). :func:`validate` compares
 program completion times the simulator predicted with those an engine measured and
 reports the median relative error.
@@ -22,6 +23,7 @@ import itertools
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 
@@ -65,27 +67,50 @@ class FitReport:
         return {"model": self.model.as_dict(), "n": self.n, "mape": self.mape, "max_rel_err": self.max_rel_err}
 
 
-def _design(records: Sequence[IterationRecord]) -> tuple[np.ndarray, np.ndarray]:
-    A = np.array([[1.0, r.n_tokens, r.kv_read, r.prefill_pairs] for r in records], dtype=float)
-    y = np.array([r.seconds for r in records], dtype=float)
+Target = Literal["seconds", "wall_seconds"]
+
+
+def measured(record: IterationRecord, target: Target = "seconds") -> float:
+    """The time a record is fitted to: the forward pass (``seconds``) or the whole iteration."""
+    if target == "wall_seconds":
+        if record.wall_seconds <= 0:
+            raise ConfigError("these iteration records carry no wall_seconds (logged by an older engine)",
+                              hint="fit target='seconds', or re-log the iterations")
+        return record.wall_seconds
+    return record.seconds
+
+
+def _design(records: Sequence[IterationRecord], target: Target, tile: int | None) -> tuple[np.ndarray, np.ndarray]:
+    A = np.array([[1.0, r.n_tokens, r.kv_read, r.prefill_pairs] + ([r.n_tokens % tile] if tile else [])
+                  for r in records], dtype=float)
+    y = np.array([measured(r, target) for r in records], dtype=float)
     return A, y
 
 
-def iteration_errors(model: CostModel, records: Sequence[IterationRecord]) -> list[float]:
+def iteration_errors(model: CostModel, records: Sequence[IterationRecord], target: Target = "seconds") -> list[float]:
     """Relative error ``|pred - measured| / measured`` per record (records with 0 s skipped)."""
-    return [abs(model.iteration_time(r.n_tokens, r.kv_read, r.prefill_pairs) - r.seconds) / r.seconds
-            for r in records if r.seconds > 0]
+    out = []
+    for r in records:
+        y = measured(r, target)
+        if y > 0:
+            out.append(abs(model.iteration_time(r.n_tokens, r.kv_read, r.prefill_pairs) - y) / y)
+    return out
 
 
-def fit_cost_model(records: Sequence[IterationRecord], *, relative: bool = True) -> FitReport:
+def fit_cost_model(records: Sequence[IterationRecord], *, relative: bool = True,
+                   target: Target = "seconds", tile: int | None = None) -> FitReport:
     """Fit ``(a, b, c, d)`` >= 0 to measured iterations.
 
     ``relative=True`` weights each record by ``1/seconds`` (minimises relative error, which
-    is what MAPE measures); otherwise plain least squares on seconds.
+    is what MAPE measures); otherwise plain least squares on seconds. ``target`` picks the
+    time fitted: the forward pass (``seconds``) or the whole iteration period including
+    sampling (``wall_seconds``, which a back-to-back simulator must charge). ``tile`` (e.g. 4)
+    also fits ``r``, the cost of each token past the batch's last whole tile (see
+    :class:`~certa.runtime.sim.cost_model.CostModel`); None keeps the linear model.
     """
     if len(records) < 4:
         raise ConfigError(f"need at least 4 iteration records to fit 4 coefficients, got {len(records)}")
-    A, y = _design(records)
+    A, y = _design(records, target, tile)
     if np.any(y <= 0) and relative:
         keep = y > 0
         A, y = A[keep], y[keep]
@@ -94,8 +119,9 @@ def fit_cost_model(records: Sequence[IterationRecord], *, relative: bool = True)
     scale = np.linalg.norm(Aw, axis=0)
     scale[scale == 0] = 1.0
     x = nnls(Aw / scale, yw) / scale
-    model = CostModel(a=float(x[0]), b=float(x[1]), c=float(x[2]), d=float(x[3]))
-    errs = iteration_errors(model, records)
+    model = CostModel(a=float(x[0]), b=float(x[1]), c=float(x[2]), d=float(x[3]),
+                      **({"r": float(x[4]), "tile": tile} if tile else {}))
+    errs = iteration_errors(model, records, target)
     return FitReport(model=model, n=len(records), mape=float(np.mean(errs)) if errs else 0.0,
                      max_rel_err=float(np.max(errs)) if errs else 0.0)
 
@@ -130,4 +156,4 @@ def validate(predicted: Mapping[str, float], measured: Mapping[str, float]) -> V
                             mean_rel_err=statistics.fmean(errs), p90_rel_err=p90, missing=missing)
 
 
-__all__ = ["FitReport", "ValidationReport", "fit_cost_model", "iteration_errors", "nnls", "validate"]
+__all__ = ["FitReport", "ValidationReport", "fit_cost_model", "iteration_errors", "measured", "nnls", "validate"]

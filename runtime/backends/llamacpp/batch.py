@@ -12,7 +12,9 @@ One :class:`~certa.runtime.sim.cost_model.IterationRecord` per iteration feeds t
 simulator's cost model ``t = a + b·N + c·K + d·P``: ``n_tokens`` (N) tokens evaluated,
 ``kv_read`` (K) the context lengths of the decoded tokens, ``prefill_pairs`` (P) the
 query·key pairs of prefill chunks (``n·(p + n/2)``), ``seconds`` the wall time of
-``llama_decode``; ``n_decode``/``n_prefill`` count requests.
+``llama_decode``, ``wall_seconds`` the iteration's whole period (batch formation, decode and
+sampling, from ``started`` on the ``perf_counter`` clock); ``n_decode``/``n_prefill`` count
+requests.
 
 Example:
     >>> IterationRecord(n_tokens=8, kv_read=800, prefill_pairs=0.0, seconds=0.1).kv_read
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import replace
 
 import llama_cpp as lc
 import numpy as np
@@ -62,6 +65,7 @@ class Batcher(SequenceOps):
     # ---- one iteration --------------------------------------------------------------
     def step(self, now: float) -> bool:
         """Run one iteration; False when there was nothing to do."""
+        t_start = time.perf_counter()
         plan = self.plan(now)
         if not plan:
             return False
@@ -84,10 +88,12 @@ class Batcher(SequenceOps):
             for job, _ in plan:
                 self.fail(job, BackendError(f"llama_decode failed with code {rc}", program=job.program_id or None))
             return True
-        self.commit(plan, seconds)
+        record = self.commit(plan, seconds)
         for (job, _), i in zip(plan, idx):
             if i >= 0 and not job.aborted:
                 self.after(job, i)
+        if self.record:  # the iteration's whole period: batch formation + decode + sampling
+            self.iterations.append(replace(record, wall_seconds=time.perf_counter() - t_start, started=t_start))
         return True
 
     def plan(self, now: float) -> list[tuple[Job, int]]:
@@ -150,8 +156,8 @@ class Batcher(SequenceOps):
         b.n_tokens = i
         return idx
 
-    def commit(self, plan: list[tuple[Job, int]], seconds: float) -> None:
-        """Move evaluated tokens from ``pending`` into the slots' KV lists; count and record."""
+    def commit(self, plan: list[tuple[Job, int]], seconds: float) -> IterationRecord:
+        """Move evaluated tokens from ``pending`` into the slots' KV lists; count; the record."""
         c, n_tok, kv_read, pairs, n_dec = self.counters, 0, 0, 0.0, 0
         for job, n in plan:
             slot = job.slot
@@ -172,9 +178,7 @@ class Batcher(SequenceOps):
                 pairs += prefill_pairs(n, p0)
         c["iterations"] += 1
         c["decode_seconds"] += seconds
-        if self.record:
-            self.iterations.append(IterationRecord(n_tok, kv_read, pairs, seconds, n_dec, len(plan) - n_dec,
-                                                   self.source))
+        return IterationRecord(n_tok, kv_read, pairs, seconds, n_dec, len(plan) - n_dec, self.source)
 
     # ---- per-job outcomes -----------------------------------------------------------
     def logits(self, i: int) -> np.ndarray:

@@ -1,21 +1,25 @@
 """Fit the simulator's cost model to certa's CPU llama.cpp engine, then validate the simulator.
 
-1. Calibration: batches of 1..n_seq sampled answers and a few long prompts on the real
-   engine; it logs one ``IterationRecord`` per iteration; ``fit_cost_model`` fits
-   ``t = a + b·N + c·K + d·P`` by non-negative least squares (iteration MAPE reported).
-2. Validation: an online workload on the real engine — SC programs (``fanout`` samples in
-   flight, each finished sample replaced, ``budget`` samples, no early exit) arriving as a
-   Poisson process. The SAME programs (measured arrival times, prompt lengths and per-sample
-   lengths) are replayed in the simulator with the fitted model and an engine configured
-   like the real one; ``validate`` compares per-program latencies (median relative error).
-   The iteration records of this run are also scored against the calibration fit.
+Each repeat loads the engine afresh and runs:
 
-Timings need a quiet machine: the load average before and after is recorded, and a warning
-printed when it exceeds the core count (on a shared 2-core box at load 7.7 per-token times
-varied 2-5x between identical batches, and neither the fit nor the validation meant anything).
+1. Calibration: batches of 1..n_seq sampled answers and a few long prompts; the engine logs
+   one ``IterationRecord`` per iteration; ``fit_cost_model`` fits ``t = a + b·N + c·K + d·P``
+   by non-negative least squares, once to the forward pass alone (``seconds``) and once to
+   the whole iteration period, batch formation and sampling included (``wall_seconds``).
+2. Validation: an online workload on the real engine — ``--programs`` programs, a mix of SC
+   (``--sc-samples`` samples, ``--fanout`` in flight, each finished sample replaced) and
+   single-chain CoT, 256-1024 tokens per chain, no early exit, arriving as a Poisson
+   process whose rate steps through ``--rates`` (the last one queues). The SAME programs
+   (measured arrival times, prompt lengths and per-chain lengths) are replayed in the
+   simulator under each fit; per-program latency errors are reported, and the online
+   iterations' residuals by batch shape (``sim_validate_residuals.png``).
 
-usage: python benchmarks/sim_validate_cpu.py --out out/sim_cpu [--model qwen2.5-coder-0.5b]
-       [--programs 6] [--rate 0.1] [--budget 4] [--fanout 2] [--max-tokens 64] [--seed 0]
+The summary gives each repeat's median program-latency error and their median and spread.
+Timings need a quiet machine: the load average before and after each repeat is recorded
+and a warning printed when it exceeds the core count.
+
+usage: python benchmarks/sim_validate_cpu.py --out DIR [--programs 40] [--repeats 3]
+       [--rates 0.05,0.1,0.4] [--model qwen2.5-coder-0.5b] [--quick]
 """
 
 from __future__ import annotations
@@ -26,21 +30,27 @@ import json
 import os
 import platform
 import random
+import statistics
 import sys
 import time
 from pathlib import Path
 
-from certa.runtime import Knob, Program, Runtime
-from certa.runtime.backends.llamacpp.backend import LlamaCppBackend
-from certa.runtime.sim.cost_model import save_records
-from certa.runtime.sim.engine import EngineConfig
-from certa.runtime.sim.fit import fit_cost_model, iteration_errors, validate
-from certa.simulation.simulator import simulate
-from certa.eval.traces import Sample, TraceProblem
-from certa.simulation.workload import ProgramConfig, ProgramSpec
-from certa.runtime.types import GenRequest
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-SYSTEM = "Please reason step by step, and put your final answer within \\boxed{}."
+from sim_validate_report import plot_residuals, residuals_by_context, residuals_by_shape, summarize  # noqa: E402
+
+from certa.eval.traces import Sample, TraceProblem  # noqa: E402
+from certa.runtime import Knob, Program, Runtime  # noqa: E402
+from certa.runtime.backends.llamacpp.backend import LlamaCppBackend  # noqa: E402
+from certa.runtime.sim.cost_model import load_records, save_records  # noqa: E402
+from certa.runtime.sim.engine import EngineConfig  # noqa: E402
+from certa.runtime.sim.fit import fit_cost_model, iteration_errors, validate  # noqa: E402
+from certa.runtime.types import GenRequest  # noqa: E402
+from certa.simulation.simulator import simulate  # noqa: E402
+from certa.simulation.workload import ProgramConfig, ProgramSpec  # noqa: E402
+
+SYSTEM = ("You are a careful teacher. Solve the problem in full detail: restate it, reason step by step, "
+          "check every step twice, and put your final answer within \\boxed{}.")
 QUESTIONS = [
     "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. "
     "How many clips did Natalia sell altogether in April and May?",
@@ -53,130 +63,226 @@ QUESTIONS = [
     "Albert buys 2 large pizzas and 2 small pizzas. A large pizza has 16 slices and a small pizza has 8 slices. "
     "If he eats it all, how many pieces does he eat that day?",
 ]
-SAMPLING = {"temperature": 0.7, "top_p": 0.95, "top_k": 40}
+LONG = " Then solve it again in two other ways, each in full detail, and compare the three answers."
+SAMPLING = {"temperature": 0.8, "top_p": 0.95, "top_k": 40}
 
 
-class SC(Program):
-    """Self-consistency with ``fanout`` samples in flight (the simulator's SC replay, no early exit)."""
+class Chains(Program):
+    """``len(max_tokens)`` sampled chains, ``fanout`` in flight (SC without early exit; CoT = 1)."""
 
-    def __init__(self, question: str, budget: int, fanout: int, max_tokens: int) -> None:
+    def __init__(self, question: str, max_tokens: list[int], fanout: int, seed: int) -> None:
         super().__init__()
-        self.knob = Knob("branches", cap=budget)
-        self.question, self.fanout, self.max_tokens = question, fanout, max_tokens
-        self.state = {"samples": [], "prompt_tokens": 0}
+        self.knob = Knob("branches", cap=len(max_tokens))
+        self.question, self.caps, self.fanout, self.seed = question, max_tokens, fanout, seed
+        self.state = {"samples": [0] * len(max_tokens), "prompt_tokens": 0}  # by launch order, as replayed
 
     async def execute(self, ctx) -> bool:
         sem = asyncio.Semaphore(self.fanout)
 
         async def one(i: int) -> None:
             async with sem:
-                out = await ctx.child("sample", i).gen(self.question, chat=True, max_tokens=self.max_tokens,
-                                                       seed=i, **SAMPLING)
-                self.state["samples"].append(out.tokens)
+                out = await ctx.child("sample", i).gen(self.question, chat=True,
+                                                       max_tokens=self.caps[i], seed=self.seed + i, **SAMPLING)
+                self.state["samples"][i] = out.tokens
                 self.state["prompt_tokens"] = out.prompt_tokens
                 self.knob_used += 1
 
-        await asyncio.gather(*(one(i) for i in range(self.knob.cap or 0)))
+        await asyncio.gather(*(one(i) for i in range(len(self.caps))))
         return False
 
 
+def workload(args, rng: random.Random) -> list[dict]:
+    """Program kinds, chain caps and arrival times: rates step through ``args.rates``."""
+    rates = [float(r) for r in args.rates.split(",")]
+    out, t = [], 0.0
+    for i in range(args.programs):
+        t += rng.expovariate(rates[min(len(rates) - 1, i * len(rates) // args.programs)])
+        sc = rng.random() < args.sc_share
+        caps = ([rng.randint(256, 512) for _ in range(args.sc_samples)] if sc else [rng.randint(512, 1024)])
+        # CoT chains run longer; the program's id leads its prompt, so no two programs share a
+        # prompt prefix past the chat template (the simulator models prefix sharing within a
+        # program only: repeated questions would be cached across programs on the real engine)
+        q = f"[task {i}] {SYSTEM}\n\n{QUESTIONS[i % len(QUESTIONS)]}" + ("" if sc else LONG)
+        out.append({"pid": f"{'sc' if sc else 'cot'}{i}", "at": t, "caps": caps, "q": q})
+    return out
+
+
 async def calibrate(b: LlamaCppBackend, n_seq: int, max_tokens: int) -> None:
-    q = QUESTIONS[0]
-    for batch in (1, 2, 4, 8, n_seq):
-        reqs = [GenRequest(prompt=q, system=SYSTEM, chat=True, max_tokens=max_tokens, seed=i,
-                           rid=f"cal{batch}-{i}-{time.monotonic_ns()}", **SAMPLING) for i in range(batch)]
+    """Every decode batch size 1..n_seq (short and long contexts) and a few long prefills."""
+    for batch in range(1, n_seq + 1):
+        reqs = [GenRequest(prompt=QUESTIONS[i % len(QUESTIONS)], chat=True, max_tokens=max_tokens,
+                           seed=i, rid=f"cal{batch}-{i}-{time.monotonic_ns()}", **SAMPLING) for i in range(batch)]
         await asyncio.gather(*(b.generate(r) for r in reqs))
-    for reps in (4, 12, 24):  # long prompts: prefill pairs
+    for batch in (2, 5, 8, 12):  # long contexts: KV reads
+        reqs = [GenRequest(prompt=" ".join(QUESTIONS) * 3 + f" ({i})", chat=True, max_tokens=max_tokens // 2,
+                           seed=i, rid=f"calk{batch}-{i}-{time.monotonic_ns()}", **SAMPLING) for i in range(batch)]
+        await asyncio.gather(*(b.generate(r) for r in reqs))
+    for reps in (2, 6, 12):  # long prompts: prefill pairs
         await b.generate(GenRequest(prompt=" ".join(QUESTIONS) * reps, chat=True, max_tokens=4,
                                     rid=f"calp{reps}-{time.monotonic_ns()}"))
 
 
-async def online(b: LlamaCppBackend, args) -> list[dict]:
+async def online(b: LlamaCppBackend, plan: list[dict], fanout: int) -> list[dict]:
     rt = Runtime(b)
-    rng = random.Random(args.seed)
     t0 = time.perf_counter()
-    arrivals, t = [], 0.0
-    for _ in range(args.programs):
-        t += rng.expovariate(args.rate)
-        arrivals.append(t)
     rows: list[dict] = []
 
-    async def one(i: int, at: float) -> None:
-        await asyncio.sleep(max(0.0, at - (time.perf_counter() - t0)))
+    async def one(i: int, p: dict) -> None:
+        await asyncio.sleep(max(0.0, p["at"] - (time.perf_counter() - t0)))
         start = time.perf_counter() - t0
-        prog = SC(QUESTIONS[i % len(QUESTIONS)], args.budget, args.fanout, args.max_tokens)
+        prog = Chains(p["q"], p["caps"], fanout, seed=1000 * i)
         res = await rt.run(prog, return_errors=True)
-        rows.append({"pid": f"p{i}", "arrival": start, "finish": time.perf_counter() - t0,
+        if not res.ok:
+            raise RuntimeError(f"program {p['pid']} failed: {res.error}")
+        rows.append({"pid": p["pid"], "arrival": start, "finish": time.perf_counter() - t0,
                      "prompt_tokens": prog.state["prompt_tokens"], "samples": list(prog.state["samples"]),
                      "ok": res.ok})
+        print(f"  {p['pid']}: {rows[-1]['finish'] - start:.1f} s, {sum(rows[-1]['samples'])} tokens "
+              f"({len(rows)}/{len(plan)})", file=sys.stderr, flush=True)
 
-    await asyncio.gather(*(one(i, at) for i, at in enumerate(arrivals)))
+    await asyncio.gather(*(one(i, p) for i, p in enumerate(plan)))
     return sorted(rows, key=lambda r: r["arrival"])
+
+
+def replay(rows: list[dict], model, args) -> dict[str, float]:
+    """Simulated latency per program: the measured programs on the fitted cost model."""
+    specs = [ProgramSpec(r["pid"], r["arrival"], TraceProblem(idx=r["pid"], samples=[
+        Sample(tokens=max(1, n), pred=None) for n in r["samples"]]), "sc", r["prompt_tokens"]) for r in rows]
+    eng = EngineConfig(kv_capacity=args.n_ctx, max_running=args.n_seq, chunk_tokens=args.max_batch_tokens,
+                       reserve_ratio=0.0, mixed=True)
+    cfg = ProgramConfig(fanout=args.fanout, budget=max(args.sc_samples, 1), max_tokens=1024)
+    sim = simulate(specs, "fcfs", eng, model, config=cfg, early_exit=False)
+    return {r.pid: r.latency for r in sim.records}
+
+
+FITS = {  # name: (time fitted, tile, fitted to); "tiled" is the model this benchmark validates
+    "tiled": ("wall_seconds", 4, "calibration"),
+    "linear": ("wall_seconds", None, "calibration"),
+    "linear-forward-pass": ("seconds", None, "calibration"),  # the model before the sampling and tile terms
+    # leave-one-run-out: fitted to the OTHER repeats' online iterations (their shapes, contexts
+    # and cache occupancy), scored on this repeat's programs
+    "tiled-other-runs": ("wall_seconds", 4, "other runs"),
+}
+
+
+def measure(args, rep: int) -> dict:
+    """One repeat on the real engine: calibration and online iterations, measured programs."""
+    plan = workload(args, random.Random(args.seed + rep))
+
+    async def run() -> tuple[list, list, list[dict]]:
+        async with LlamaCppBackend(args.model, n_seq=args.n_seq, n_ctx=args.n_ctx, n_threads=args.threads,
+                                   seed=args.seed + rep, max_batch_tokens=args.max_batch_tokens) as b:
+            await b.generate(GenRequest(prompt="warm up", max_tokens=16, rid="warm"))
+            b.engine.reset_stats()
+            await calibrate(b, args.n_seq, args.cal_tokens)
+            cal = list(b.engine.iterations)
+            b.engine.reset_stats()
+            rows = await online(b, plan, args.fanout)
+            stats.update(b.engine.stats())  # prompt_tokens evaluated vs cached_prompt_tokens, etc.
+            return cal, list(b.engine.iterations), rows
+
+    stats: dict = {}
+
+    load_before = os.getloadavg()[0]
+    cal, live, rows = asyncio.run(run())
+    d = args.out / f"run{rep}"
+    save_records(cal, d / "calibration_iterations.jsonl")
+    save_records(live, d / "online_iterations.jsonl")
+    (d / "programs.json").write_text(json.dumps(rows, indent=1) + "\n", encoding="utf-8")
+    (d / "engine_stats.json").write_text(json.dumps(stats, indent=1) + "\n", encoding="utf-8")
+    return {"repeat": rep, "load_average": {"before": load_before, "after": os.getloadavg()[0],
+                                            "cores": os.cpu_count()}, "programs": rows, "engine_stats": stats}
+
+
+def saved_repeat(d: Path, rep: int) -> dict:
+    """A measured repeat read back: its programs (programs.json, else run.json) and load."""
+    run = json.loads((d / "run.json").read_text(encoding="utf-8")) if (d / "run.json").is_file() else {}
+    if not (d / "programs.json").is_file():
+        (d / "programs.json").write_text(json.dumps(run["programs"], indent=1) + "\n", encoding="utf-8")
+    return {"repeat": rep, "load_average": run.get("load_average"),
+            "programs": json.loads((d / "programs.json").read_text(encoding="utf-8"))}
+
+
+def score(args, rep: dict, others: list) -> dict:
+    """Fit each cost model (to the repeat's calibration, or to the other repeats' online
+    iterations ``others``), replay the repeat's programs, compare latencies."""
+    d = args.out / f"run{rep['repeat']}"
+    cal, live = load_records(d / "calibration_iterations.jsonl"), load_records(d / "online_iterations.jsonl")
+    rows = rep["programs"]
+    measured_lat = {r["pid"]: r["finish"] - r["arrival"] for r in rows}
+    fits, residuals = {}, {}
+    for name, (target, tile, source) in FITS.items():
+        if source == "other runs" and not others:
+            continue
+        fit = fit_cost_model(cal if source == "calibration" else others, target=target, tile=tile)
+        sim = replay(rows, fit.model, args)
+        errs = iteration_errors(fit.model, live, "wall_seconds")
+        fits[name] = {"fitted_to": source, "fit": fit.as_dict(),
+                      "fit_ms": {k: getattr(fit.model, k) * 1e3 for k in "abcdr"},
+                      "online_iteration_mape": statistics.fmean(errs) if errs else None,
+                      "validation": validate(sim, measured_lat).as_dict(),
+                      "programs": {pid: {"measured": m, "simulated": sim.get(pid)} for pid, m in measured_lat.items()}}
+        residuals[name] = residuals_by_shape(fit.model, live)
+        fits[name]["residuals_by_context"] = residuals_by_context(fit.model, live)
+    span = (live[-1].started + live[-1].wall_seconds - live[0].started) if live else 0.0
+    return {**rep, "fits": fits, "residuals": residuals,
+            "online": {"iterations": len(live), "busy_s": sum(r.wall_seconds for r in live), "span_s": span,
+                       "forward_s": sum(r.seconds for r in live), "tokens": sum(sum(r["samples"]) for r in rows)}}
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", type=Path, default=Path("out/sim_cpu"))
     ap.add_argument("--model", default="qwen2.5-coder-0.5b")
-    ap.add_argument("--programs", type=int, default=6)
-    ap.add_argument("--rate", type=float, default=0.1)
-    ap.add_argument("--budget", type=int, default=4)
+    ap.add_argument("--programs", type=int, default=40)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--rates", default="0.05,0.1,0.4", help="programs/s, stepped through in equal parts")
+    ap.add_argument("--sc-share", type=float, default=0.5)
+    ap.add_argument("--sc-samples", type=int, default=2)
     ap.add_argument("--fanout", type=int, default=2)
-    ap.add_argument("--max-tokens", type=int, default=64)
+    ap.add_argument("--cal-tokens", type=int, default=32)
     ap.add_argument("--n-seq", type=int, default=16)
-    ap.add_argument("--n-ctx", type=int, default=8192)
+    ap.add_argument("--n-ctx", type=int, default=16384)
+    ap.add_argument("--max-batch-tokens", type=int, default=512)
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--rescore", action="store_true",
+                    help="refit and replay the runs already measured under --out (no model is run)")
+    ap.add_argument("--quick", action="store_true", help="4 programs, 1 repeat, fast rates (a smoke run)")
     args = ap.parse_args(argv)
+    if args.quick:
+        args.programs, args.repeats, args.rates = 4, 1, "0.5,2"
     args.out.mkdir(parents=True, exist_ok=True)
-
-    async def run() -> tuple[list, list, list[dict]]:
-        async with LlamaCppBackend(args.model, n_seq=args.n_seq, n_ctx=args.n_ctx, n_threads=args.threads,
-                                   seed=args.seed) as b:
-            await b.generate(GenRequest(prompt="warm up", max_tokens=4, rid="warm"))
-            b.engine.reset_stats()
-            await calibrate(b, args.n_seq, args.max_tokens)
-            cal = list(b.engine.iterations)
-            b.engine.reset_stats()
-            rows = await online(b, args)
-            return cal, list(b.engine.iterations), rows
-
-    load_before = os.getloadavg()[0]
-    cal, live, rows = asyncio.run(run())
-    load = {"before": load_before, "after": os.getloadavg()[0], "cores": os.cpu_count()}
-    save_records(cal, args.out / "calibration_iterations.jsonl")
-    save_records(live, args.out / "online_iterations.jsonl")
-    fit = fit_cost_model(cal)
-    live_err = sorted(iteration_errors(fit.model, live))
-    specs = [ProgramSpec(r["pid"], r["arrival"], TraceProblem(idx=r["pid"], samples=[
-        Sample(tokens=max(1, n), pred=None) for n in r["samples"]]), "sc", r["prompt_tokens"]) for r in rows]
-    eng = EngineConfig(kv_capacity=args.n_ctx, max_running=args.n_seq, chunk_tokens=512, reserve_ratio=0.0,
-                       mixed=True)
-    cfg = ProgramConfig(fanout=args.fanout, budget=args.budget, max_tokens=args.max_tokens)
-    sim = simulate(specs, "fcfs", eng, fit.model, config=cfg, early_exit=False)
-    rep = validate({r.pid: r.latency for r in sim.records}, {r["pid"]: r["finish"] - r["arrival"] for r in rows})
-    report = {
-        "benchmark": "sim_validate_cpu", "machine": platform.processor() or platform.machine(),
-        "command": "python benchmarks/sim_validate_cpu.py " + " ".join(sys.argv[1:] if argv is None else argv),
-        "args": {k: str(v) for k, v in vars(args).items()}, "load_average": load,
-        "fit": fit.as_dict(),
-        "fit_ms": {k: getattr(fit.model, k) * 1e3 for k in "abcd"},
-        "online_iterations": {"n": len(live), "mape_under_calibration_fit": sum(live_err) / max(1, len(live_err)),
-                              "median_rel_err": live_err[len(live_err) // 2] if live_err else None},
-        "validation": rep.as_dict(),
-        "programs": [{**r, "simulated_latency": next(s.latency for s in sim.records if s.pid == r["pid"])}
-                     for r in rows],
-    }
+    measured = []
+    for rep in range(args.repeats):
+        if args.rescore:  # refit and replay what an earlier invocation measured
+            measured.append(saved_repeat(args.out / f"run{rep}", rep))
+            continue
+        print(f"repeat {rep + 1}/{args.repeats}", file=sys.stderr, flush=True)
+        measured.append(measure(args, rep))
+        load = measured[-1]["load_average"]
+        if max(load["before"], load["after"]) > (os.cpu_count() or 1):
+            print("WARNING: load average above the core count: timings are contended, rerun on a quiet "
+                  "machine", file=sys.stderr)
+    online = {m["repeat"]: load_records(args.out / f"run{m['repeat']}" / "online_iterations.jsonl") for m in measured}
+    runs = []
+    for m in measured:
+        others = [r for rep, recs in online.items() if rep != m["repeat"] for r in recs]
+        runs.append(score(args, m, others))
+        (args.out / f"run{m['repeat']}" / "run.json").write_text(json.dumps(runs[-1], indent=1) + "\n",
+                                                                 encoding="utf-8")
+        print(f"repeat {m['repeat'] + 1}: median program-latency error "
+              + ", ".join(f"{f['validation']['median_rel_err']:.1%} ({name})" for name, f in runs[-1]["fits"].items()),
+              flush=True)
+    report = {"benchmark": "sim_validate_cpu", "machine": platform.processor() or platform.machine(),
+              "command": "python benchmarks/sim_validate_cpu.py " + " ".join(sys.argv[1:] if argv is None else argv),
+              "args": {k: str(v) for k, v in vars(args).items() if k != "out"},
+              "summary": summarize(runs), "runs": runs}
     (args.out / "sim_validate_cpu.json").write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
-    if max(load["before"], load["after"]) > (load["cores"] or 1):
-        print(f"WARNING: load average {max(load['before'], load['after']):.1f} > {load['cores']} cores: "
-              f"timings are contended, rerun on a quiet machine", file=sys.stderr)
-    print(f"fit on {fit.n} calibration iterations: a={fit.model.a * 1e3:.3g} ms b={fit.model.b * 1e3:.3g} ms/token "
-          f"c={fit.model.c * 1e3:.3g} ms/KV token d={fit.model.d * 1e3:.3g} ms/pair, MAPE {fit.mape:.1%}")
-    print(f"online run: {len(live)} iterations, MAPE under the calibration fit "
-          f"{report['online_iterations']['mape_under_calibration_fit']:.1%}")
-    print(f"program latency, simulated vs measured ({rep.n} programs): median relative error "
-          f"{rep.median_rel_err:.1%} (mean {rep.mean_rel_err:.1%}, p90 {rep.p90_rel_err:.1%})")
+    plot_residuals(runs, args.out / "sim_validate_residuals.png")
+    for name, s in report["summary"].items():
+        print(f"{name} fit: per-run median errors {', '.join(f'{e:.1%}' for e in s['per_run_median'])}; "
+              f"median {s['median']:.1%}, spread {s['min']:.1%}-{s['max']:.1%}")
     return 0
 
 

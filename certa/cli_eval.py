@@ -144,7 +144,7 @@ def bench_tokens(
     policy: Optional[list[str]] = typer.Option(None, "--policy", help="SC: score this fixed policy file on the "
                                                "whole trace file, no calibration (repeatable)"),
     preset: Optional[list[str]] = typer.Option(None, "--preset", help="SC: score a shipped policy by name "
-                                               "(sc-default, esc, adaptive-consistency, certa-threshold; repeatable)"),
+                                               "(sc-default, weighted-vote, esc, adaptive-consistency, certa-threshold; repeatable)"),
     final: bool = typer.Option(False, "--final", help="with --policy/--preset: allow reserved rows; the figures "
                                                       "are then a final report"),
     debug: bool = typer.Option(False, help="show full tracebacks"),

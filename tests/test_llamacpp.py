@@ -275,6 +275,7 @@ async def test_iteration_records(llama, tmp_path):
     # the whole iteration (batch formation + decode + sampling) is timed too, back to back
     assert all(r.wall_seconds >= r.seconds and r.started > 0 for r in recs)
     assert all(b.started >= a.started + a.wall_seconds for a, b in zip(recs, recs[1:]))
+    assert all(r.kv_cells >= r.kv_read for r in recs) and recs[-1].kv_cells > 0  # the cache holds at least what decodes read
     assert any(r.kv_read > 0 for r in recs) and any(r.prefill_pairs > 0 for r in recs)
     assert recs[-1].source.startswith("llamacpp:qwen2.5-coder-0.5b")
     n = llama.engine.dump_iterations(tmp_path / "it.jsonl")

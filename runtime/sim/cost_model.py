@@ -88,6 +88,7 @@ class IterationRecord:
     source: str = ""
     wall_seconds: float = 0.0  # the whole iteration (batch formation + decode + sampling); 0 = not timed
     started: float = 0.0  # when the iteration began (the engine's perf_counter clock); 0 = unknown
+    kv_cells: int = 0  # KV cells the engine's cache held in the forward pass (every sequence, idle ones too)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), separators=(",", ":"))
@@ -100,7 +101,7 @@ class IterationRecord:
             raise ConfigError(f"iteration record lacks {sorted(missing)}")
         rec = cls(**{k: v for k, v in data.items() if k in names})
         if (rec.n_tokens < 0 or rec.kv_read < 0 or rec.prefill_pairs < 0 or not rec.seconds >= 0
-                or not rec.wall_seconds >= 0):
+                or not rec.wall_seconds >= 0 or rec.kv_cells < 0):
             raise ConfigError(f"iteration record has negative values: {data}")
         return rec
 

@@ -13,8 +13,9 @@ simulator's cost model ``t = a + b·N + c·K + d·P``: ``n_tokens`` (N) tokens e
 ``kv_read`` (K) the context lengths of the decoded tokens, ``prefill_pairs`` (P) the
 query·key pairs of prefill chunks (``n·(p + n/2)``), ``seconds`` the wall time of
 ``llama_decode``, ``wall_seconds`` the iteration's whole period (batch formation, decode and
-sampling, from ``started`` on the ``perf_counter`` clock); ``n_decode``/``n_prefill`` count
-requests.
+sampling, from ``started`` on the ``perf_counter`` clock), ``kv_cells`` the cells the unified
+KV cache held in the forward pass (a CPU token's attention spans them; not yet in the cost model);
+``n_decode``/``n_prefill`` count requests.
 
 Example:
     >>> IterationRecord(n_tokens=8, kv_read=800, prefill_pairs=0.0, seconds=0.1).kv_read
@@ -89,11 +90,13 @@ class Batcher(SequenceOps):
                 self.fail(job, BackendError(f"llama_decode failed with code {rc}", program=job.program_id or None))
             return True
         record = self.commit(plan, seconds)
+        cells = self.kv.live_tokens() if self.record else 0  # what this forward pass's cache held
         for (job, _), i in zip(plan, idx):
             if i >= 0 and not job.aborted:
                 self.after(job, i)
         if self.record:  # the iteration's whole period: batch formation + decode + sampling
-            self.iterations.append(replace(record, wall_seconds=time.perf_counter() - t_start, started=t_start))
+            self.iterations.append(replace(record, wall_seconds=time.perf_counter() - t_start, started=t_start,
+                                           kv_cells=cells))
         return True
 
     def plan(self, now: float) -> list[tuple[Job, int]]:

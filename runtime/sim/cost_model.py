@@ -4,10 +4,10 @@
 * ``K``: KV tokens read by the decoding requests (sum of their context lengths);
 * ``P``: prefill query·key pairs, ``Σ n_i·(p_i + n_i/2)`` over prefill chunks with ``n_i``
   new and ``p_i`` already cached tokens (:func:`prefill_pairs`);
-* ``N mod tile``: tokens left over past the last whole tile of the batch. Some CPU kernels
-  (llama.cpp's repacked K-quant matmuls) multiply ``tile`` = 4 tokens at a time and send the
-  remainder through the slower one-token path, so a batch of 3 decodes costs more than one
-  of 4 on the CPU engine (measured, see ``benchmarks/sim_validate_cpu.py``); ``r`` = 0 (the
+* ``N mod tile``: tokens left over past the last whole tile of the batch. On the CPU engine a
+  batch of 3 decodes costs more than one of 4 (measured, see ``benchmarks/sim_validate_cpu.py``),
+  which fits llama.cpp's CPU K-quant matmuls working on tiles of ``tile`` = 4 tokens with a
+  slower path for the remainder; ``r`` = 0 (the
   default, and every GPU preset) leaves the model linear.
 
 Engines that can time their iterations (the CPU llama.cpp engine) log one

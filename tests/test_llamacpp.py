@@ -314,3 +314,16 @@ async def test_prefix_cache_is_capped(tiny):
     await settle(tiny)
     assert sum(len(s.kv) for s in tiny.engine.kv.free()) <= limit
     assert tiny.stats()["evictions"] >= 1
+
+
+def test_amx_cpus_load_without_extra_weight_buffers(tmp_path):
+    """llama.cpp's AMX repack crashes the first decode on Sapphire Rapids: off there by default."""
+    from certa.runtime.backends.llamacpp.model import LlamaModel, cpu_has_amx
+
+    amx, plain = tmp_path / "amx", tmp_path / "plain"
+    amx.write_text("processor\t: 0\nflags\t\t: fpu avx512f amx_bf16 amx_tile amx_int8\n")
+    plain.write_text("processor\t: 0\nflags\t\t: fpu avx2 avx512f\nbugs\t\t: amx_int8\n")
+    assert cpu_has_amx(amx) and not cpu_has_amx(plain) and not cpu_has_amx(tmp_path / "missing")
+    m = LlamaModel(_small_model_path(), extra_buffers=False)
+    assert m.extra_buffers is False
+    assert LlamaModel(_small_model_path()).extra_buffers is (not cpu_has_amx())

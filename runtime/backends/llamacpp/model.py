@@ -47,6 +47,25 @@ def quiet_llama_logs() -> None:
         pass
 
 
+def cpu_has_amx(cpuinfo: str | Path = "/proc/cpuinfo") -> bool:
+    """Whether this CPU advertises Intel AMX int8 tiles (Sapphire Rapids and later).
+
+    llama.cpp's AMX weight repacking segfaults in ``ggml_backend_amx_mul_mat`` on the first
+    decode of a K-quant model on such CPUs (measured here on a 2-core Sapphire Rapids VM;
+    upstream ggml-org/llama.cpp#20824, closed unfixed), so :class:`LlamaModel` turns llama.cpp's
+    extra weight buffers off there by default.
+
+    Example:
+        >>> cpu_has_amx("/nonexistent")
+        False
+    """
+    try:
+        text = Path(cpuinfo).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return False
+    return any(line.startswith("flags") and " amx_int8" in line for line in text.splitlines())
+
+
 def _raise(message: str) -> None:
     raise BackendError(f"chat template error: {message}")
 
@@ -54,12 +73,16 @@ def _raise(message: str) -> None:
 class LlamaModel:
     """One GGUF model: weights, vocabulary, tokenizer, chat template and sampler factory."""
 
-    def __init__(self, path: str | Path, *, n_gpu_layers: int = 0, use_mmap: bool = True) -> None:
+    def __init__(self, path: str | Path, *, n_gpu_layers: int = 0, extra_buffers: bool | None = None) -> None:
+        """Load ``path``. ``extra_buffers``: llama.cpp's repacked weight layouts (faster CPU
+        matmuls); None (default) enables them except on AMX CPUs, where they crash
+        (:func:`cpu_has_amx`)."""
         _init_backend()
         self.path = Path(path)
         params = lc.llama_model_default_params()
         params.n_gpu_layers = n_gpu_layers
-        params.use_mmap = use_mmap
+        self.extra_buffers = (not cpu_has_amx()) if extra_buffers is None else extra_buffers
+        params.use_extra_bufts = self.extra_buffers
         ptr = lc.llama_model_load_from_file(str(self.path).encode(), params)
         if not ptr:
             raise ConfigError(f"llama.cpp could not load {self.path}", hint="is it a complete GGUF file?")

@@ -108,7 +108,8 @@ def workload(args, rng: random.Random) -> list[dict]:
 
 
 async def calibrate(b: LlamaCppBackend, n_seq: int, max_tokens: int) -> None:
-    """Every decode batch size 1..n_seq (short and long contexts) and a few long prefills."""
+    """Every decode batch size 1..n_seq (short and long contexts), a few long prefills, and
+    decode batches beside idle cached KV."""
     for batch in range(1, n_seq + 1):
         reqs = [GenRequest(prompt=QUESTIONS[i % len(QUESTIONS)], chat=True, max_tokens=max_tokens,
                            seed=i, rid=f"cal{batch}-{i}-{time.monotonic_ns()}", **SAMPLING) for i in range(batch)]
@@ -120,6 +121,20 @@ async def calibrate(b: LlamaCppBackend, n_seq: int, max_tokens: int) -> None:
     for reps in (2, 6, 12):  # long prompts: prefill pairs
         await b.generate(GenRequest(prompt=" ".join(QUESTIONS) * reps, chat=True, max_tokens=4,
                                     rid=f"calp{reps}-{time.monotonic_ns()}"))
+    # idle cached KV: with llama.cpp's unified cache every token attends over all occupied
+    # cells, so decode batches are repeated beside 1 and then 3 cached long prompts (raw text,
+    # so no chat prompt shares their prefix and takes their slot; within the engine's cache limit)
+    for n_cached in (1, 3):
+        b.engine.clear_cache()
+        for j in range(n_cached):
+            text = " ".join(QUESTIONS[j:] + QUESTIONS[:j]) * 3  # each starts with another word: no shared prefix
+            await b.generate(GenRequest(prompt=text, max_tokens=1,
+                                        rid=f"calc{n_cached}-{j}-{time.monotonic_ns()}"))
+        for batch in (2, 6, 10):
+            reqs = [GenRequest(prompt=QUESTIONS[i % len(QUESTIONS)], chat=True, max_tokens=max_tokens, seed=i,
+                               rid=f"calw{n_cached}-{batch}-{i}-{time.monotonic_ns()}", **SAMPLING)
+                    for i in range(batch)]
+            await asyncio.gather(*(b.generate(r) for r in reqs))
 
 
 async def online(b: LlamaCppBackend, plan: list[dict], fanout: int) -> list[dict]:
@@ -177,6 +192,7 @@ def measure(args, rep: int) -> dict:
             await calibrate(b, args.n_seq, args.cal_tokens)
             cal = list(b.engine.iterations)
             b.engine.reset_stats()
+            b.engine.clear_cache()  # the online run starts with an empty cache, as the simulator does
             rows = await online(b, plan, args.fanout)
             stats.update(b.engine.stats())  # prompt_tokens evaluated vs cached_prompt_tokens, etc.
             return cal, list(b.engine.iterations), rows

@@ -2,10 +2,12 @@
 
 Each repeat loads the engine afresh and runs:
 
-1. Calibration: batches of 1..n_seq sampled answers and a few long prompts; the engine logs
-   one ``IterationRecord`` per iteration; ``fit_cost_model`` fits ``t = a + b·N + c·K + d·P``
-   by non-negative least squares, once to the forward pass alone (``seconds``) and once to
-   the whole iteration period, batch formation and sampling included (``wall_seconds``).
+1. Calibration: batches of 1..n_seq sampled answers, a few long prompts, and decode batches
+   beside idle cached KV; the engine logs one ``IterationRecord`` per iteration;
+   ``fit_cost_model`` fits ``t = a + b·N + c·K + d·P`` by non-negative least squares, to the
+   forward pass alone (``seconds``) or to the whole iteration period, batch formation and
+   sampling included (``wall_seconds``), with the tile term ``r`` and with ``e·N·W``, the
+   attention over every cell the unified KV cache holds (the fit this benchmark validates).
 2. Validation: an online workload on the real engine — ``--programs`` programs, a mix of SC
    (``--sc-samples`` samples, ``--fanout`` in flight, each finished sample replaced) and
    single-chain CoT, 256-1024 tokens per chain, no early exit, arriving as a Poisson
@@ -164,19 +166,21 @@ def replay(rows: list[dict], model, args) -> dict[str, float]:
     specs = [ProgramSpec(r["pid"], r["arrival"], TraceProblem(idx=r["pid"], samples=[
         Sample(tokens=max(1, n), pred=None) for n in r["samples"]]), "sc", r["prompt_tokens"]) for r in rows]
     eng = EngineConfig(kv_capacity=args.n_ctx, max_running=args.n_seq, chunk_tokens=args.max_batch_tokens,
-                       reserve_ratio=0.0, mixed=True)
+                       reserve_ratio=0.0, mixed=True, cache_tokens=args.n_ctx // 4)  # the engine's default cache limit
     cfg = ProgramConfig(fanout=args.fanout, budget=max(args.sc_samples, 1), max_tokens=1024)
     sim = simulate(specs, "fcfs", eng, model, config=cfg, early_exit=False)
     return {r.pid: r.latency for r in sim.records}
 
 
-FITS = {  # name: (time fitted, tile, fitted to); "tiled" is the model this benchmark validates
-    "tiled": ("wall_seconds", 4, "calibration"),
-    "linear": ("wall_seconds", None, "calibration"),
-    "linear-forward-pass": ("seconds", None, "calibration"),  # the model before the sampling and tile terms
+FITS = {  # name: (time fitted, tile, fit e·N·W, fitted to); "cells" is the model this benchmark validates
+    "cells": ("wall_seconds", 4, True, "calibration"),
+    "tiled": ("wall_seconds", 4, False, "calibration"),
+    "linear": ("wall_seconds", None, False, "calibration"),
+    "linear-forward-pass": ("seconds", None, False, "calibration"),  # the model before the sampling and tile terms
     # leave-one-run-out: fitted to the OTHER repeats' online iterations (their shapes, contexts
     # and cache occupancy), scored on this repeat's programs
-    "tiled-other-runs": ("wall_seconds", 4, "other runs"),
+    "cells-other-runs": ("wall_seconds", 4, True, "other runs"),
+    "tiled-other-runs": ("wall_seconds", 4, False, "other runs"),
 }
 
 
@@ -227,14 +231,15 @@ def score(args, rep: dict, others: list) -> dict:
     rows = rep["programs"]
     measured_lat = {r["pid"]: r["finish"] - r["arrival"] for r in rows}
     fits, residuals = {}, {}
-    for name, (target, tile, source) in FITS.items():
-        if source == "other runs" and not others:
+    for name, (target, tile, cells, source) in FITS.items():
+        recs = cal if source == "calibration" else others
+        if not recs or (cells and not any(r.kv_cells for r in recs)):  # no other runs / logged before kv_cells
             continue
-        fit = fit_cost_model(cal if source == "calibration" else others, target=target, tile=tile)
+        fit = fit_cost_model(recs, target=target, tile=tile, cells=cells)
         sim = replay(rows, fit.model, args)
         errs = iteration_errors(fit.model, live, "wall_seconds")
         fits[name] = {"fitted_to": source, "fit": fit.as_dict(),
-                      "fit_ms": {k: getattr(fit.model, k) * 1e3 for k in "abcdr"},
+                      "fit_ms": {k: getattr(fit.model, k) * 1e3 for k in "abcder"},
                       "online_iteration_mape": statistics.fmean(errs) if errs else None,
                       "validation": validate(sim, measured_lat).as_dict(),
                       "programs": {pid: {"measured": m, "simulated": sim.get(pid)} for pid, m in measured_lat.items()}}

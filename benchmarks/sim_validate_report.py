@@ -32,7 +32,7 @@ def residuals_by_shape(model, records) -> list[dict]:
     groups: dict[str, list[float]] = defaultdict(list)
     for r in records:
         if r.wall_seconds > 0:
-            pred = model.iteration_time(r.n_tokens, r.kv_read, r.prefill_pairs)
+            pred = model.iteration_time(r.n_tokens, r.kv_read, r.prefill_pairs, r.kv_cells)
             groups[shape_bin(r.n_decode, r.n_prefill)].append((pred - r.wall_seconds) / r.wall_seconds)
     order = [shape_bin(lo, 0) for lo, _ in DECODE_BINS] + ["with prefill"]
     return [{"bin": b, "n": len(groups[b]), "mean_signed": statistics.fmean(groups[b]),
@@ -50,7 +50,7 @@ def residuals_by_context(model, records) -> list[dict]:
         if r.wall_seconds > 0 and r.n_decode and not r.n_prefill:
             ctx = r.kv_read / r.n_decode
             lo = max(b for b in CONTEXT_BINS if b <= ctx)
-            pred = model.iteration_time(r.n_tokens, r.kv_read, r.prefill_pairs)
+            pred = model.iteration_time(r.n_tokens, r.kv_read, r.prefill_pairs, r.kv_cells)
             groups[lo].append((pred - r.wall_seconds) / r.wall_seconds)
     return [{"context_from": lo, "n": len(groups[lo]), "mean_signed": statistics.fmean(groups[lo])}
             for lo in CONTEXT_BINS if groups.get(lo)]
@@ -67,7 +67,7 @@ def summarize(runs: list[dict]) -> dict:
     return out
 
 
-def plot_residuals(runs: list[dict], path: Path, fits: tuple[str, ...] = ("tiled-other-runs", "tiled")) -> Path | None:
+def plot_residuals(runs: list[dict], path: Path, fits: tuple[str, ...] = ("cells", "tiled")) -> Path | None:
     """Online iterations' signed residual by batch shape, one line per run and fit (solid: the
     first of ``fits``, dashed: the second); simulated vs measured program latency (first fit)."""
     try:

@@ -134,13 +134,15 @@ def _fmt(rate: float | None) -> str:
 
 
 def fit_records(records: str | pathlib.Path, json_out: str | pathlib.Path | None = None, *,
-                wall: bool = False, tile: int | None = None) -> FitReport:
+                wall: bool = False, tile: int | None = None, cells: bool = False) -> FitReport:
     """Fit the cost model to an :class:`~certa.runtime.sim.cost_model.IterationRecord` JSONL log.
 
     ``wall``: fit the whole iteration period (sampling included) instead of the forward pass;
-    ``tile``: also fit the cost of tokens past the batch's last whole tile (CPU engine: 4).
+    ``tile``: also fit the cost of tokens past the batch's last whole tile (CPU engine: 4);
+    ``cells``: also fit ``e``, each token's attention over the KV cells the engine held.
     """
-    report = fit_cost_model(load_records(records), target="wall_seconds" if wall else "seconds", tile=tile)
+    report = fit_cost_model(load_records(records), target="wall_seconds" if wall else "seconds", tile=tile,
+                            cells=cells)
     if json_out is not None:
         pathlib.Path(json_out).write_text(json.dumps(report.as_dict(), indent=1) + "\n", encoding="utf-8")
     return report
@@ -238,21 +240,24 @@ def fit(
                               "sampling: wall_seconds) instead of the forward pass"),
     tile: Optional[int] = typer.Option(None, "--tile", min=1, help="also fit r, the cost of each token past "
                                        "the batch's last whole tile (the CPU llama.cpp engine: 4)"),
+    cells: bool = typer.Option(False, "--cells", help="also fit e, each token's cost per KV cell the engine "
+                               "held (kv_cells; the CPU llama.cpp engine's unified cache)"),
     debug: bool = typer.Option(False, help="show tracebacks"),
 ) -> None:
-    """Fit t = a + b·N + c·K + d·P (+ r·(N mod tile)) (non-negative least squares) to measured
-    engine iterations.
+    """Fit t = a + b·N + c·K + d·P (+ e·N·W) (+ r·(N mod tile)) (non-negative least squares) to
+    measured engine iterations.
 
-    Example: certa sim fit iterations.jsonl --wall --tile 4 --json fit.json
+    Example: certa sim fit iterations.jsonl --wall --tile 4 --cells --json fit.json
     """
     try:
-        rep = fit_records(records, json_out, wall=wall, tile=tile)
+        rep = fit_records(records, json_out, wall=wall, tile=tile, cells=cells)
     except CertaError as exc:
         _fail(exc, debug)
         return
     m = rep.model
     out.print(f"records {rep.n}: a={m.a * 1e3:.4g} ms  b={m.b * 1e3:.4g} ms/token  c={m.c * 1e3:.4g} ms/KV token  "
-              f"d={m.d * 1e3:.4g} ms/pair" + (f"  r={m.r * 1e3:.4g} ms/token past a tile of {m.tile}" if tile else "")
+              f"d={m.d * 1e3:.4g} ms/pair" + (f"  e={m.e * 1e6:.4g} µs/token/cell" if cells else "")
+              + (f"  r={m.r * 1e3:.4g} ms/token past a tile of {m.tile}" if tile else "")
               + f"  MAPE {rep.mape:.1%} (max {rep.max_rel_err:.1%})", soft_wrap=True)
 
 

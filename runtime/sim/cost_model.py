@@ -1,9 +1,16 @@
-"""Iteration cost model ``t = a + b·N + c·K + d·P (+ o) (+ r·(N mod tile))`` and measured iteration records.
+"""Iteration cost model ``t = a + b·N + c·K + d·P + e·N·W (+ o) (+ r·(N mod tile))`` and measured iteration records.
 
 * ``N``: tokens processed in the iteration (1 per decoding request + prefill tokens);
 * ``K``: KV tokens read by the decoding requests (sum of their context lengths);
 * ``P``: prefill query·key pairs, ``Σ n_i·(p_i + n_i/2)`` over prefill chunks with ``n_i``
   new and ``p_i`` already cached tokens (:func:`prefill_pairs`);
+* ``W``: KV cells the engine holds (every sequence, idle cached ones too). The CPU llama.cpp
+  engine's KV cache is unified: each token's attention spans the cells up to the highest
+  occupied one (masked, not skipped), so idle cells cost every decode (measured on the 0.5B,
+  2 cores: 16 decodes take 118 ms alone and 162 ms beside one idle 7,000-cell sequence, about
+  0.4 ms per token per 1,000 cells; a short sequence left in high cells keeps the span wide
+  after the long one is gone). ``e`` = 0 (the default, and every GPU preset: paged attention
+  reads a request's own context, ``c·K``) leaves it out;
 * ``N mod tile``: tokens left over past the last whole tile of the batch. On the CPU engine a
   batch of 3 decodes costs more than one of 4 (measured, see ``benchmarks/sim_validate_cpu.py``),
   which fits llama.cpp's CPU K-quant matmuls working on tiles of ``tile`` = 4 tokens with a
@@ -41,7 +48,8 @@ def prefill_pairs(new: int, cached: int) -> float:
 @dataclass(frozen=True, slots=True)
 class CostModel:
     """Seconds per engine iteration. ``b_small`` (if set) replaces ``b`` when ``N <= small_n``;
-    ``r`` charges each token past the last whole ``tile`` of the batch."""
+    ``r`` charges each token past the last whole ``tile`` of the batch; ``e`` each token's
+    attention over the ``W`` cells the engine holds."""
 
     a: float
     b: float
@@ -52,17 +60,19 @@ class CostModel:
     small_n: int = 256
     r: float = 0.0
     tile: int = 4
+    e: float = 0.0
 
     def __post_init__(self) -> None:
-        if min(self.a, self.b, self.c, self.d, self.o, self.r) < 0 or self.tile < 1:
+        if min(self.a, self.b, self.c, self.d, self.o, self.r, self.e) < 0 or self.tile < 1:
             raise ConfigError(f"cost model coefficients must be >= 0 (tile >= 1): {self}")
 
     def per_token(self, n: int) -> float:
         return self.b_small if self.b_small is not None and n <= self.small_n else self.b
 
-    def iteration_time(self, n: int, k: float, p: float) -> float:
-        """Seconds for one iteration with ``n`` tokens, ``k`` KV reads and ``p`` prefill pairs."""
-        t = self.a + self.o + self.per_token(n) * n + self.c * k + self.d * p
+    def iteration_time(self, n: int, k: float, p: float, w: float = 0.0) -> float:
+        """Seconds for one iteration with ``n`` tokens, ``k`` KV reads, ``p`` prefill pairs and
+        ``w`` KV cells held by the engine."""
+        t = self.a + self.o + self.per_token(n) * n + self.c * k + self.d * p + self.e * n * w
         return t + self.r * (n % self.tile) if self.r else t
 
     def as_dict(self) -> dict[str, float | int | None]:

@@ -6,7 +6,10 @@ or a decode iteration (every running request emits one token); with ``mixed=True
 share an iteration. Its time is :meth:`CostModel.iteration_time`. KV is a hard pool of
 ``kv_capacity`` tokens: per-program prefixes (shared by all of a program's requests, kept
 while idle and evicted least-recently-used first when room is needed) plus each request's
-own tokens. Admission needs room for the uncached prompt plus SGLang-style decode headroom
+own tokens. With ``cache_tokens`` set, finished requests' KV also stays idle in their slots
+(:class:`~certa.runtime.sim.slot_cache.SlotCache`, as the CPU llama.cpp engine keeps it): it
+adds to ``W``, the cells a unified-KV engine's attention spans (``CostModel.e``), not to the
+pool. Admission needs room for the uncached prompt plus SGLang-style decode headroom
 (:meth:`EngineConfig.reserve`) for every running request; when decoding runs out of KV, the least urgent running
 requests (last in the policy's order) are retracted and later recomputed.
 
@@ -33,6 +36,7 @@ from dataclasses import dataclass, field
 from certa.runtime.errors import ConfigError
 from certa.runtime.scheduling.scheduler import ProgramInfo, SchedulingPolicy, Ticket
 from certa.runtime.sim.cost_model import CostModel, IterationRecord, prefill_pairs
+from certa.runtime.sim.slot_cache import SlotCache
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +46,8 @@ class EngineConfig:
     Admission reserves decode room like SGLang: ``min(max_new - generated, reserve_clip) ×
     reserve_ratio`` per running request (SGLang's adaptive ``new_token_ratio`` decays from
     0.7 towards 0.1 while nothing is retracted; a constant stands in for it here).
+    ``cache_tokens``: finished requests' KV kept idle in their slots (0: none; the CPU
+    llama.cpp engine keeps ``n_ctx/4``).
     """
 
     kv_capacity: int
@@ -50,9 +56,10 @@ class EngineConfig:
     reserve_ratio: float = 0.25
     reserve_clip: int = 4096
     mixed: bool = False
+    cache_tokens: int = 0
 
     def __post_init__(self) -> None:
-        if (self.kv_capacity < 1 or self.max_running < 1 or self.chunk_tokens < 1
+        if (self.kv_capacity < 1 or self.max_running < 1 or self.chunk_tokens < 1 or self.cache_tokens < 0
                 or not 0 <= self.reserve_ratio <= 1 or self.reserve_clip < 0):
             raise ConfigError(f"bad engine config {self}")
 
@@ -126,6 +133,7 @@ class SimEngine:
         self.refs: dict[str, int] = {}
         self.last_use: dict[str, float] = {}
         self.kv_used = 0
+        self.slot_cache = SlotCache(config.cache_tokens, config.max_running) if config.cache_tokens else None
         self.stats = EngineStats()
         self._seq = 0
 
@@ -208,6 +216,8 @@ class SimEngine:
             reserved += self.cfg.reserve(r)
             self.waiting.remove(r)
             self.running.append(r)
+            if self.slot_cache is not None:
+                self.slot_cache.take(r.pid, len(self.running))
 
     def _preempt_for(self, need: int, now: float) -> None:
         """Free ``need`` tokens for decoding: evict idle prefixes, then retract running requests."""
@@ -228,9 +238,19 @@ class SimEngine:
             need -= 1  # one fewer request decodes
 
     # ---- iterations -----------------------------------------------------------------
+    def _cells(self) -> float:
+        """``W``: KV cells held, the running requests' computed context plus idle cached KV
+        (only when the cost model charges for them)."""
+        if not self.cost.e:
+            return 0.0
+        cached = self.slot_cache.tokens if self.slot_cache is not None else 0
+        return float(sum(r.context - r.prefill_left for r in self.running) + cached)
+
     def _finish(self, r: SimRequest, t: float, done: list[SimRequest]) -> None:
         r.finished_at = t
         self.running.remove(r)
+        if self.slot_cache is not None and not r.extends_prefix:
+            self.slot_cache.put(r.pid, r.context)
         if r.extends_prefix:  # its KV becomes the program's prefix (a live sequence)
             self.prefix[r.pid] = self.prefix.get(r.pid, 0) + r.own
             r.own = 0
@@ -238,12 +258,12 @@ class SimEngine:
         self.last_use[r.pid] = t
         done.append(r)
 
-    def _log(self, n: int, k: float, p: float, dt: float, n_dec: int, n_pre: int) -> None:
+    def _log(self, n: int, k: float, p: float, dt: float, n_dec: int, n_pre: int, w: float = 0.0) -> None:
         st = self.stats
         st.iterations += 1
         st.busy_s += dt
         if self.record:
-            st.records.append(IterationRecord(n, int(k), p, dt, n_dec, n_pre, "simulator"))
+            st.records.append(IterationRecord(n, int(k), p, dt, n_dec, n_pre, "simulator", kv_cells=int(w)))
 
     def step(self, now: float, until: float = math.inf) -> tuple[float, list[SimRequest]]:
         """Run one prefill iteration, or decode iterations until a request finishes, KV runs
@@ -276,11 +296,12 @@ class SimEngine:
             if r.prefill_left == 0:
                 completed.append(r)
         k = sum(r.context for r in decoding)
-        dt = self.cost.iteration_time(n + len(decoding), k, pairs)
+        w = self._cells()
+        dt = self.cost.iteration_time(n + len(decoding), k, pairs, w)
         t = now + dt
         self.stats.prefill_iterations += 1
         self.stats.prefill_tokens += n
-        self._log(n + len(decoding), k, pairs, dt, len(decoding), len(completed))
+        self._log(n + len(decoding), k, pairs, dt, len(decoding), len(completed), w)
         for r in completed + decoding:  # the prefill emits each completed request's first token
             r.generated += 1
             r.own += 1
@@ -302,8 +323,9 @@ class SimEngine:
         k0 = sum(r.prompt + r.generated for r in self.running)
         m_max = min(r.output - r.generated for r in self.running)
         m_max = max(1, min(m_max, (self.cfg.kv_capacity - self.kv_used) // R))
-        base = self.cost.iteration_time(R, k0, 0.0)
-        slope = self.cost.c * R  # each iteration reads R more KV tokens
+        w0 = self._cells()
+        base = self.cost.iteration_time(R, k0, 0.0, w0)
+        slope = (self.cost.c + self.cost.e * R) * R  # each iteration reads R more KV tokens and holds R more cells
 
         def elapsed(m: int) -> float:
             return m * base + slope * m * (m - 1) / 2.0
@@ -323,7 +345,8 @@ class SimEngine:
                 m += 1
         if self.record:
             for i in range(m):
-                self._log(R, k0 + i * R, 0.0, self.cost.iteration_time(R, k0 + i * R, 0.0), R, 0)
+                w = w0 + i * R if w0 else 0.0
+                self._log(R, k0 + i * R, 0.0, self.cost.iteration_time(R, k0 + i * R, 0.0, w), R, 0, w)
         else:
             self.stats.iterations += m
             self.stats.busy_s += elapsed(m)

@@ -1,7 +1,7 @@
 """Fit the cost model to measured iterations; validate predicted vs measured completion times.
 
-:func:`fit_cost_model` solves ``seconds ≈ a + b·N + c·K + d·P (+ r·(N mod tile))`` by
-non-negative least squares (columns scaled, exact NNLS by enumerating active sets — 4 or 5
+:func:`fit_cost_model` solves ``seconds ≈ a + b·N + c·K + d·P (+ e·N·W) (+ r·(N mod tile))``
+by non-negative least squares (columns scaled, exact NNLS by enumerating active sets — 4 to 6
 unknowns), and reports
 the iteration-level MAPE (Vidur's acceptance bar is < 10%). :func:`validate` compares
 program completion times the simulator predicted with those an engine measured and
@@ -80,9 +80,10 @@ def measured(record: IterationRecord, target: Target = "seconds") -> float:
     return record.seconds
 
 
-def _design(records: Sequence[IterationRecord], target: Target, tile: int | None) -> tuple[np.ndarray, np.ndarray]:
-    A = np.array([[1.0, r.n_tokens, r.kv_read, r.prefill_pairs] + ([r.n_tokens % tile] if tile else [])
-                  for r in records], dtype=float)
+def _design(records: Sequence[IterationRecord], target: Target, tile: int | None,
+            cells: bool) -> tuple[np.ndarray, np.ndarray]:
+    A = np.array([[1.0, r.n_tokens, r.kv_read, r.prefill_pairs] + ([r.n_tokens * r.kv_cells] if cells else [])
+                  + ([r.n_tokens % tile] if tile else []) for r in records], dtype=float)
     y = np.array([measured(r, target) for r in records], dtype=float)
     return A, y
 
@@ -93,12 +94,12 @@ def iteration_errors(model: CostModel, records: Sequence[IterationRecord], targe
     for r in records:
         y = measured(r, target)
         if y > 0:
-            out.append(abs(model.iteration_time(r.n_tokens, r.kv_read, r.prefill_pairs) - y) / y)
+            out.append(abs(model.iteration_time(r.n_tokens, r.kv_read, r.prefill_pairs, r.kv_cells) - y) / y)
     return out
 
 
 def fit_cost_model(records: Sequence[IterationRecord], *, relative: bool = True,
-                   target: Target = "seconds", tile: int | None = None) -> FitReport:
+                   target: Target = "seconds", tile: int | None = None, cells: bool = False) -> FitReport:
     """Fit ``(a, b, c, d)`` >= 0 to measured iterations.
 
     ``relative=True`` weights each record by ``1/seconds`` (minimises relative error, which
@@ -106,11 +107,16 @@ def fit_cost_model(records: Sequence[IterationRecord], *, relative: bool = True,
     time fitted: the forward pass (``seconds``) or the whole iteration period including
     sampling (``wall_seconds``, which a back-to-back simulator must charge). ``tile`` (e.g. 4)
     also fits ``r``, the cost of each token past the batch's last whole tile (see
-    :class:`~certa.runtime.sim.cost_model.CostModel`); None keeps the linear model.
+    :class:`~certa.runtime.sim.cost_model.CostModel`); None keeps the linear model. ``cells``
+    also fits ``e``, each token's cost per KV cell the engine held (``IterationRecord.kv_cells``,
+    logged by the CPU engine).
     """
     if len(records) < 4:
         raise ConfigError(f"need at least 4 iteration records to fit 4 coefficients, got {len(records)}")
-    A, y = _design(records, target, tile)
+    if cells and not any(r.kv_cells for r in records):
+        raise ConfigError("these iteration records carry no kv_cells (logged by an older engine)",
+                          hint="fit without cells, or re-log the iterations")
+    A, y = _design(records, target, tile, cells)
     if np.any(y <= 0) and relative:
         keep = y > 0
         A, y = A[keep], y[keep]
@@ -119,8 +125,10 @@ def fit_cost_model(records: Sequence[IterationRecord], *, relative: bool = True,
     scale = np.linalg.norm(Aw, axis=0)
     scale[scale == 0] = 1.0
     x = nnls(Aw / scale, yw) / scale
+    extra = list(x[4:])
     model = CostModel(a=float(x[0]), b=float(x[1]), c=float(x[2]), d=float(x[3]),
-                      **({"r": float(x[4]), "tile": tile} if tile else {}))
+                      **({"e": float(extra.pop(0))} if cells else {}),
+                      **({"r": float(extra.pop(0)), "tile": tile} if tile else {}))
     errs = iteration_errors(model, records, target)
     return FitReport(model=model, n=len(records), mape=float(np.mean(errs)) if errs else 0.0,
                      max_rel_err=float(np.max(errs)) if errs else 0.0)

@@ -50,17 +50,20 @@ class LlamaCppBackend(Backend):
         n_threads: CPU threads (default: all cores); seed: base seed for requests without one.
         max_batch_tokens: tokens evaluated per iteration (prefill chunk + decodes).
         cache_limit: KV tokens of finished requests kept for prefix reuse (default n_ctx/4).
+        extra_buffers: llama.cpp's repacked weight layouts; None = on except on AMX CPUs, where
+            they crash (:func:`~certa.runtime.backends.llamacpp.model.cpu_has_amx`).
         verbose: let llama.cpp log to stderr. On a machine whose cores other processes also
             use, pass ``n_threads`` below the core count (see :class:`LlamaEngine`).
     """
 
     def __init__(self, model: str | os.PathLike | None = None, *, n_ctx: int = 8192, n_seq: int = 16,
                  n_threads: int | None = None, seed: int = 0, max_batch_tokens: int = 512, n_gpu_layers: int = 0,
-                 record_iterations: bool = True, cache_limit: int | None = None, verbose: bool = False) -> None:
+                 record_iterations: bool = True, cache_limit: int | None = None, extra_buffers: bool | None = None,
+                 verbose: bool = False) -> None:
         if not verbose:
             quiet_llama_logs()
         self.model_path = resolve_model(model)
-        self.model = LlamaModel(self.model_path, n_gpu_layers=n_gpu_layers)
+        self.model = LlamaModel(self.model_path, n_gpu_layers=n_gpu_layers, extra_buffers=extra_buffers)
         try:
             self.engine = LlamaEngine(self.model, n_ctx=n_ctx, n_seq=n_seq, n_threads=n_threads,
                                       max_batch_tokens=max_batch_tokens, record_iterations=record_iterations,

@@ -6,11 +6,12 @@
   new and ``p_i`` already cached tokens (:func:`prefill_pairs`);
 * ``W``: KV cells the engine holds (every sequence, idle cached ones too). The CPU llama.cpp
   engine's KV cache is unified: each token's attention spans the cells up to the highest
-  occupied one (masked, not skipped), so idle cells cost every decode (measured on the 0.5B,
-  2 cores: 16 decodes take 118 ms alone and 162 ms beside one idle 7,000-cell sequence, about
-  0.4 ms per token per 1,000 cells; a short sequence left in high cells keeps the span wide
-  after the long one is gone). ``e`` = 0 (the default, and every GPU preset: paged attention
-  reads a request's own context, ``c·K``) leaves it out;
+  occupied one (masked, not skipped), so idle cells cost every decode
+  (``benchmarks/kv_span.py``: on the 0.5B, 2 cores, 16 decodes take 118 ms alone and 160 ms
+  beside one idle 7,000-cell sequence, ~0.4 ms per token per 1,000 cells, and as long once
+  it is gone if they sit in the cells above it). ``IterationRecord.kv_cells`` counts the cells
+  held, a lower bound of that span (llama.cpp exposes no cell index). ``e`` = 0 (the default,
+  and every GPU preset: paged attention reads a request's own context, ``c·K``) leaves it out;
 * ``N mod tile``: tokens left over past the last whole tile of the batch. On the CPU engine a
   batch of 3 decodes costs more than one of 4 (measured, see ``benchmarks/sim_validate_cpu.py``),
   which fits llama.cpp's CPU K-quant matmuls working on tiles of ``tile`` = 4 tokens with a

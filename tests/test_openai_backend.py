@@ -60,7 +60,8 @@ def llama_server():
     port = _free_port()
     # interrupt_requests False: the server serialises requests instead of cutting the
     # running stream short whenever another request arrives.
-    cmd = [sys.executable, "-m", "llama_cpp.server", "--model", str(model), "--host", "127.0.0.1", "--port", str(port),
+    # certa's wrapper of llama_cpp.server: the same server, runnable on AMX CPUs (docs/backends.md)
+    cmd = [sys.executable, "-m", "certa.runtime.backends.llamacpp.server", "--model", str(model), "--host", "127.0.0.1", "--port", str(port),
            "--n_threads", "2", "--n_ctx", "2048", "--interrupt_requests", "False", "--verbose", "False"]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     url = f"http://127.0.0.1:{port}"

@@ -98,6 +98,21 @@ class ProgramRun:
         if not self.info.prefix_tokens and getattr(res, "prompt_tokens", 0):
             self.info.prefix_tokens = int(res.prompt_tokens)  # the program's shared prompt: KV budget accounting
 
+    async def _scheduled(self, ticket: Ticket, make: Callable[[], Awaitable[Any]], kind: TokenKind, ctx) -> Any:
+        """Send one attempt once the scheduler admits ``ticket``; its slot is freed when it ends."""
+        sched = self.runtime.scheduler
+        try:
+            await sched.acquire(ticket)
+        except asyncio.CancelledError:
+            # admitted while our cancel was in flight (the waiter was cancelled first, so
+            # acquire cannot tell): give the slot back; release is a no-op otherwise
+            sched.release(ticket)
+            raise
+        try:
+            return await self.guard(ticket.rid, make(), kind, ctx, retryable_abort=True)
+        finally:
+            sched.release(ticket)
+
     async def _retrying(self, req: GenRequest | ScoreRequest, est: int, hint: str | None,
                         make: Callable[[], Awaitable[Any]], kind: TokenKind, ctx) -> Any:
         """Send ``req``; retry retryable backend errors (bounded, jittered) under a fresh rid.
@@ -113,19 +128,8 @@ class ProgramRun:
             req.priority = sched.policy.priority(ticket, sched.clock())
         retry, rng = self.runtime.retry, self.runtime.rng
         for attempt in itertools.count():
-            try:  # one attempt, sent once the scheduler admits the ticket; its slot freed when it ends
-                if not sched.try_acquire(ticket):  # (inline, not a helper coroutine: this is every request's path)
-                    try:
-                        await sched.acquire(ticket)
-                    except asyncio.CancelledError:
-                        # admitted while our cancel was in flight (the waiter was cancelled first,
-                        # so acquire cannot tell): give the slot back; release is a no-op otherwise
-                        sched.release(ticket)
-                        raise
-                try:
-                    return await self.guard(ticket.rid, make(), kind, ctx, retryable_abort=True)
-                finally:
-                    sched.release(ticket)
+            try:
+                return await self._scheduled(ticket, make, kind, ctx)
             except BackendError as exc:
                 if not exc.retryable or attempt + 1 >= retry.max_attempts:
                     tries = f" (gave up after {attempt + 1} attempts)" if exc.retryable else ""

@@ -228,13 +228,6 @@ class Scheduler:
             self._pump()
 
     # ---- async path (the Runtime) ---------------------------------------------------
-    def try_acquire(self, t: Ticket) -> bool:
-        """Admit ``t`` at once when nothing limits admission; False: ``await acquire(t)``."""
-        if self.unlimited:
-            self._take(t)
-            return True
-        return False
-
     async def acquire(self, t: Ticket) -> None:
         """Wait until ``t`` may go to the backend."""
         if self.unlimited:

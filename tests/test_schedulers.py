@@ -553,8 +553,8 @@ def test_stop_calibration_learns_that_programs_hovering_below_the_threshold_cont
 
 def test_requests_past_a_likely_stop_wait_behind_other_work():
     """An SC lane starting branch 5 while branches 2-4 run, in a program that will stop at 4,
-    is probably wasted: it waits until nothing else does (then it may run)."""
-    pol = CertaSJF(aging=0.0, min_history=3)
+    is probably wasted: with ``speculative=True`` it waits until nothing else does (then it may run)."""
+    pol = CertaSJF(aging=0.0, min_history=3, speculative=True)
     s = Scheduler(pol, AdmissionLimits(max_requests=4), clock=Clock())
     for i in range(3):
         p = ProgramInfo(f"e{i}", 0.0, knob_cap=16)
@@ -579,3 +579,4 @@ def test_requests_past_a_likely_stop_wait_behind_other_work():
     assert rids(s.admit()) == ["other-1"]
     s.release(running[1])
     assert rids(s.admit()) == [lane[0].rid]  # nothing else waits: it may run
+    assert not CertaSJF().speculative  # off by default (it lost max rate on the reasoning regimes)

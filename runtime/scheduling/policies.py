@@ -16,6 +16,10 @@ queue, the llama.cpp engine's batch, SGLang priorities and the simulator's queue
   actually stop at a point, so one hovering below the threshold (which the stop policy's own
   estimate expects to pass soon) is seen to run on; before a program's first point, the
   finished programs' mean steps (capped by its knob cap) rather than the cap.
+  ``speculative=True`` also queues a program's requests past a check where it will likely
+  stop behind all other work; off by default: on the reasoning regimes of
+  ``benchmarks/online_slo.py`` it lost max rate in every KV-limited one (e.g. 0.925× → 2.37×
+  fcfs without it; docs/scheduling.md).
 * ``certa-nocd`` — the same without certaindex: remaining work from history only
   (tokens per step × (historical steps per program − steps done)).
 
@@ -123,17 +127,20 @@ class CertaSJF(SchedulingPolicy):
         prior_tokens_per_step / prior_steps: estimates before any history exists.
         min_history: finished programs (and outcomes per certaindex bin) before history and
             calibration replace the cap and the stop policy's estimate (``certa`` only).
+        speculative: queue requests past a likely stop behind all other work (``certa`` only;
+            off by default, see the module docstring).
     """
 
     gang = True
     key_stability = "program"  # changes with the program's estimate (Scheduler.rekey) or the history
 
     def __init__(self, aging: float = 50.0, use_certaindex: bool = True, prior_tokens_per_step: float = 1000.0,
-                 prior_steps: float = 4.0, min_history: int = 5) -> None:
+                 prior_steps: float = 4.0, min_history: int = 5, speculative: bool = False) -> None:
         if aging < 0:
             raise ConfigError(f"aging must be >= 0, not {aging}")
         self.aging = aging
         self.use_certaindex = use_certaindex
+        self.speculative = speculative and use_certaindex
         self.prior_tokens_per_step = prior_tokens_per_step
         self.prior_steps = prior_steps
         self.history = History()
@@ -173,11 +180,11 @@ class CertaSJF(SchedulingPolicy):
 
     def key(self, ticket: Ticket, now: float) -> tuple:
         p = ticket.program
-        spec = self.use_certaindex and self.calibration.speculative(p)  # behind all other work
+        spec = self.speculative and self.calibration.speculative(p)  # behind all other work
         return (spec, self.program_key(p), p.arrival, p.program_id, ticket.seq)
 
     def priority(self, ticket: Ticket, now: float) -> float:
-        spec = self.use_certaindex and self.calibration.speculative(ticket.program)
+        spec = self.speculative and self.calibration.speculative(ticket.program)
         return self.program_key(ticket.program) + (SPECULATIVE if spec else 0.0)
 
     def observe_finish(self, info: ProgramInfo) -> None:

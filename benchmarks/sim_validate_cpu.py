@@ -109,13 +109,18 @@ def workload(args, rng: random.Random) -> list[dict]:
     return out
 
 
+async def decode_batch(b: LlamaCppBackend, batch: int, max_tokens: int, tag: str) -> None:
+    """``batch`` short chat questions decoded together."""
+    reqs = [GenRequest(prompt=QUESTIONS[i % len(QUESTIONS)], chat=True, max_tokens=max_tokens,
+                       seed=i, rid=f"{tag}{batch}-{i}-{time.monotonic_ns()}", **SAMPLING) for i in range(batch)]
+    await asyncio.gather(*(b.generate(r) for r in reqs))
+
+
 async def calibrate(b: LlamaCppBackend, n_seq: int, max_tokens: int) -> None:
     """Every decode batch size 1..n_seq (short and long contexts), a few long prefills, and
     decode batches beside idle cached KV."""
     for batch in range(1, n_seq + 1):
-        reqs = [GenRequest(prompt=QUESTIONS[i % len(QUESTIONS)], chat=True, max_tokens=max_tokens,
-                           seed=i, rid=f"cal{batch}-{i}-{time.monotonic_ns()}", **SAMPLING) for i in range(batch)]
-        await asyncio.gather(*(b.generate(r) for r in reqs))
+        await decode_batch(b, batch, max_tokens, "cal")
     for batch in (2, 5, 8, 12):  # long contexts: KV reads
         reqs = [GenRequest(prompt=" ".join(QUESTIONS) * 3 + f" ({i})", chat=True, max_tokens=max_tokens // 2,
                            seed=i, rid=f"calk{batch}-{i}-{time.monotonic_ns()}", **SAMPLING) for i in range(batch)]
@@ -133,10 +138,7 @@ async def calibrate(b: LlamaCppBackend, n_seq: int, max_tokens: int) -> None:
             await b.generate(GenRequest(prompt=text, max_tokens=1,
                                         rid=f"calc{n_cached}-{j}-{time.monotonic_ns()}"))
         for batch in (2, 6, 10):
-            reqs = [GenRequest(prompt=QUESTIONS[i % len(QUESTIONS)], chat=True, max_tokens=max_tokens, seed=i,
-                               rid=f"calw{n_cached}-{batch}-{i}-{time.monotonic_ns()}", **SAMPLING)
-                    for i in range(batch)]
-            await asyncio.gather(*(b.generate(r) for r in reqs))
+            await decode_batch(b, batch, max_tokens, f"calw{n_cached}-")
 
 
 async def online(b: LlamaCppBackend, plan: list[dict], fanout: int) -> list[dict]:

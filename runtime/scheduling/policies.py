@@ -18,8 +18,9 @@ queue, the llama.cpp engine's batch, SGLang priorities and the simulator's queue
   finished programs' mean steps (capped by its knob cap) rather than the cap.
   ``speculative=True`` also queues a program's requests past a check where it will likely
   stop behind all other work; off by default: on the reasoning regimes of
-  ``benchmarks/online_slo.py`` it lost max rate in every KV-limited one (e.g. 0.925× → 2.37×
-  fcfs without it; docs/scheduling.md).
+  ``benchmarks/online_slo.py`` it cost max rate in 5 of the 6 KV-limited ones (e.g. regime 1:
+  0.925× fcfs with it, 2.37× without; docs/scheduling.md). It helps where programs stop only
+  at a few fixed checks (``Threshold(0.55, 4, 4)``).
 * ``certa-nocd`` — the same without certaindex: remaining work from history only
   (tokens per step × (historical steps per program − steps done)).
 

@@ -47,7 +47,7 @@ class GraphProgram(Program):
         self.hit_cap = False
         self.launches: Counter[str] = Counter()
         self.history: list[tuple[str, int]] = []  # (step, branch) in completion order
-        self._tasks: dict[asyncio.Task, tuple[str, int]] = {}
+        self._tasks: dict[int, asyncio.Task] = {}  # branch -> its running task
         self._done = _Finished()
         self._branch_ids = itertools.count()
         self._fanouts = itertools.count()
@@ -81,8 +81,9 @@ class GraphProgram(Program):
             checkpointing.resume(self)
         if not self._tasks:
             return self._more()
-        task, step, branch, update, exc = await self._done.get()
-        self._tasks.pop(task, None)
+        done = self._done
+        step, branch, update, exc = done.ready() or await done.get()  # ready(): no coroutine when one waits
+        self._tasks.pop(branch, None)
         self._branches.pop(branch, None)
         if exc is not None:
             if isinstance(exc, CertaError):
@@ -226,12 +227,13 @@ class GraphProgram(Program):
         return StepFailedError(f"{what} raised {type(exc).__name__}: {exc}", program=self.program_id, step=last)
 
     async def aclose(self) -> None:
-        tasks = list(self._tasks)
+        tasks = list(self._tasks.values())
         for t in tasks:
             t.cancel()
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
         self._tasks.clear()
+        self._ctx = None  # its run is over: the context (and through it the run) is freed without the cycle collector
 
     def draw(self):
         return self.compiled.draw()
@@ -354,11 +356,11 @@ class GraphProgram(Program):
         assert self._ctx is not None
         ctx = self._ctx.child(spec.name, branch, payload)
         task = asyncio.get_running_loop().create_task(self._run_step(spec, ctx))  # ensure_future: +2.7% a step
-        self._tasks[task] = (spec.name, branch)
+        self._tasks[branch] = task
 
     async def _run_step(self, spec: StepSpec, ctx: Context) -> None:
-        events = ctx.run.runtime.events  # emit only when someone listens: ~6% of a step otherwise
-        if events.active:
+        listening = ctx.run.runtime.events.active  # emit only when someone listens: ~6% of a step otherwise
+        if listening:  # read once: a branch's step_start/step_end come in pairs
             ctx.emit("step_start")
         try:
             if spec.is_async:
@@ -367,13 +369,13 @@ class GraphProgram(Program):
                 # other programs keep progressing; on cancel the thread finishes in the background
                 out = await (asyncio.to_thread(spec.fn, self.state, ctx) if spec.takes_ctx
                              else asyncio.to_thread(spec.fn, self.state))
-            item = (asyncio.current_task(), spec.name, ctx.branch, out, None)
+            item = (spec.name, ctx.branch, out, None)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # delivered to execute(), which names program/step/branch
-            item = (asyncio.current_task(), spec.name, ctx.branch, None, exc)
-        if events.active:
-            ctx.emit("step_end", ok=item[4] is None, update=item[3])
+            item = (spec.name, ctx.branch, None, exc)
+        if listening:
+            ctx.emit("step_end", ok=item[3] is None, update=item[2])
         self._done.put(item)
 
 
@@ -393,6 +395,10 @@ class _Finished:
         waiter = self._waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
+
+    def ready(self) -> tuple[Any, ...] | None:
+        """The next finished branch if one is waiting, else None (then ``await get()``)."""
+        return self._items.popleft() if self._items else None
 
     async def get(self) -> tuple[Any, ...]:
         while not self._items:

@@ -72,11 +72,11 @@ class Context:
     def _request(self, prompt: str, kind: TokenKind, max_tokens: int, temperature: float, top_p: float,
                  top_k: int, seed: int | None, stop, logprobs: int, chat: bool, prefix_hint: str | None) -> GenRequest:
         self._check_limits(prompt, max_tokens)
+        pid = self.run.program.program_id
         return GenRequest(prompt=prompt, max_tokens=max_tokens, temperature=temperature, top_p=top_p,
                           top_k=top_k, seed=seed, stop=tuple([stop] if isinstance(stop, str) else stop),
-                          rid=self._rid(), program_id=self.program_id, step=self.step, branch=self.branch,
-                          kind=kind, logprobs=logprobs, chat=chat,
-                          prefix_hint=prefix_hint if prefix_hint is not None else self.program_id)
+                          rid=self._rid(), program_id=pid, step=self.step, branch=self.branch, kind=kind, logprobs=logprobs,
+                          chat=chat, prefix_hint=prefix_hint if prefix_hint is not None else pid)
 
     @overload
     def gen(self, prompt: str, *, max_tokens: int = ..., temperature: float = ..., top_p: float = ...,

@@ -23,7 +23,6 @@ Example:
 from __future__ import annotations
 
 import asyncio
-import itertools
 import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
@@ -38,7 +37,6 @@ class Deadlines:
 
     def __init__(self) -> None:
         self._live: dict[int, list] = {}  # key -> [deadline, task, fired]
-        self._keys = itertools.count()
         self._timer: asyncio.TimerHandle | None = None
         self._loop: asyncio.AbstractEventLoop | None = None  # the timer's (run_sync: a new loop per run)
         self._period = 1.0
@@ -49,24 +47,40 @@ class Deadlines:
 
     async def bound(self, work: Awaitable[T], timeout: float | None, expired: Callable[[], BaseException]) -> T:
         """Await ``work``; if it takes over ``timeout`` seconds, cancel it and raise ``expired()``."""
-        if timeout is None:
-            return await work
-        task = asyncio.current_task()
-        entry = [time.monotonic() + timeout, task, False]
-        key = next(self._keys)
-        self._live[key] = entry
-        period = min(1.0, timeout / 4)
-        if self._timer is None or period < self._period or self._loop is not asyncio.get_running_loop():
-            self._arm(period)
+        entry = self.enter(timeout)
         try:
             return await work
         except asyncio.CancelledError:
-            uncancel = getattr(task, "uncancel", None)
-            if not entry[2] or (uncancel is not None and uncancel() > 0):
-                raise
-            raise expired() from None
+            if self.fired(entry):
+                raise expired() from None
+            raise
         finally:
-            del self._live[key]
+            self.leave(entry)
+
+    def enter(self, timeout: float | None) -> list | None:
+        """Start a deadline for the current task (None: no timeout); :meth:`leave` ends it.
+        The hot path's form of :meth:`bound`: no coroutine of its own."""
+        if timeout is None:
+            return None
+        loop = asyncio.get_running_loop()
+        entry = [time.monotonic() + timeout, asyncio.current_task(loop), False]
+        self._live[id(entry)] = entry  # the id is unique while the entry is live
+        if self._timer is None or timeout < 4.0 * self._period or self._loop is not loop:
+            self._arm(min(1.0, timeout / 4))  # checked at a quarter of the shortest timeout, at most every 1 s
+        return entry
+
+    def leave(self, entry: list | None) -> None:
+        if entry is not None:
+            self._live.pop(id(entry), None)
+
+    @staticmethod
+    def fired(entry: list | None) -> bool:
+        """After a CancelledError in its task: True when this deadline's cancel caused it and
+        no other cancel is pending (that one then stays a CancelledError)."""
+        if entry is None or not entry[2]:
+            return False
+        uncancel = getattr(entry[1], "uncancel", None)
+        return not (uncancel is not None and uncancel() > 0)
 
     def _arm(self, period: float) -> None:
         """The watchdog is a self-re-arming timer, not a task: nothing outlives a run."""

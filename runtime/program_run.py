@@ -58,12 +58,21 @@ class ProgramRun:
         """
         self.inflight.add(rid)
         events = self.runtime.events
-        if events.active:
+        listening = events.active  # read once: a request's sent/done events come in pairs
+        if listening:
             events.emit("request_sent", self.program.program_id, ctx.step, ctx.branch, rid=rid, token_kind=kind)
+        deadlines = self.runtime._deadlines  # RuntimeLimits.request_timeout, as in timed(), without its frame
+        deadline = deadlines.enter(self.runtime.limits.request_timeout)
         try:
-            res = await self.timed(work, rid, ctx)
-        except BaseException:  # cancelled, timed out or failed mid-stream: free the rid on the engine
+            try:
+                res = await work
+            finally:
+                deadlines.leave(deadline)
+        except BaseException as exc:  # cancelled, timed out or failed mid-stream: free the rid on the engine
+            late = isinstance(exc, asyncio.CancelledError) and deadlines.fired(deadline)
             await self.abort(rid)
+            if late:
+                raise self._timeout_error(rid, ctx) from None
             raise
         finally:
             self.inflight.discard(rid)
@@ -71,7 +80,7 @@ class ProgramRun:
             raise BackendError("the engine aborted the request", retryable=True, program=self.program.program_id,
                                step=ctx.step, branch=ctx.branch)
         self._count(res, kind)
-        if events.active:
+        if listening:
             events.emit("request_done", self.program.program_id, ctx.step, ctx.branch, rid=rid, token_kind=kind,
                         tokens=res.tokens)
         return res
@@ -79,14 +88,14 @@ class ProgramRun:
     def timed(self, work: Awaitable[T], rid: str, ctx) -> Awaitable[T]:
         """``work`` bounded by ``RuntimeLimits.request_timeout``: every backend request awaits
         through here (``guard``, opening a sequence); past it, RequestTimeoutError (CT208)."""
-        timeout = self.runtime.limits.request_timeout
+        return self.runtime._deadlines.bound(work, self.runtime.limits.request_timeout,
+                                             lambda: self._timeout_error(rid, ctx))
 
-        def expired() -> RequestTimeoutError:
-            return RequestTimeoutError(f"no answer to request {rid} within {timeout:g}s",
-                                       retryable=self.runtime.retry.retry_timeouts, program=self.program.program_id,
-                                       step=ctx.step, branch=ctx.branch,
-                                       hint="raise RuntimeLimits.request_timeout for slow backends")
-        return self.runtime._deadlines.bound(work, timeout, expired)
+    def _timeout_error(self, rid: str, ctx) -> RequestTimeoutError:
+        return RequestTimeoutError(f"no answer to request {rid} within {self.runtime.limits.request_timeout:g}s",
+                                   retryable=self.runtime.retry.retry_timeouts, program=self.program.program_id,
+                                   step=ctx.step, branch=ctx.branch,
+                                   hint="raise RuntimeLimits.request_timeout for slow backends")
 
     def _count(self, res: GenResult | ScoreResult, kind: TokenKind) -> None:
         usage = self.program.tokens
@@ -98,8 +107,8 @@ class ProgramRun:
         if not self.info.prefix_tokens and getattr(res, "prompt_tokens", 0):
             self.info.prefix_tokens = int(res.prompt_tokens)  # the program's shared prompt: KV budget accounting
 
-    async def _scheduled(self, ticket: Ticket, make: Callable[[], Awaitable[Any]], kind: TokenKind, ctx) -> Any:
-        """Send one attempt once the scheduler admits ``ticket``; its slot is freed when it ends."""
+    async def _admitted(self, ticket: Ticket) -> None:
+        """Wait until the scheduler admits ``ticket`` (when limits make it wait)."""
         sched = self.runtime.scheduler
         try:
             await sched.acquire(ticket)
@@ -108,10 +117,6 @@ class ProgramRun:
             # acquire cannot tell): give the slot back; release is a no-op otherwise
             sched.release(ticket)
             raise
-        try:
-            return await self.guard(ticket.rid, make(), kind, ctx, retryable_abort=True)
-        finally:
-            sched.release(ticket)
 
     async def _retrying(self, req: GenRequest | ScoreRequest, est: int, hint: str | None,
                         make: Callable[[], Awaitable[Any]], kind: TokenKind, ctx) -> Any:
@@ -128,8 +133,13 @@ class ProgramRun:
             req.priority = sched.policy.priority(ticket, sched.clock())
         retry, rng = self.runtime.retry, self.runtime.rng
         for attempt in itertools.count():
-            try:
-                return await self._scheduled(ticket, make, kind, ctx)
+            try:  # one attempt, once admitted; its slot is freed when it ends
+                if not sched.admit_now(ticket):
+                    await self._admitted(ticket)
+                try:
+                    return await self.guard(ticket.rid, make(), kind, ctx, retryable_abort=True)
+                finally:
+                    sched.release(ticket)
             except BackendError as exc:
                 if not exc.retryable or attempt + 1 >= retry.max_attempts:
                     tries = f" (gave up after {attempt + 1} attempts)" if exc.retryable else ""
@@ -139,16 +149,17 @@ class ProgramRun:
                 req.rid = ticket.rid = f"{req.rid.split('~')[0]}~r{attempt + 1}"
         raise AssertionError("unreachable")
 
-    async def submit(self, req: GenRequest, ctx, on_text: Callable[[str, str], None] | None = None) -> GenResult:
+    def submit(self, req: GenRequest, ctx, on_text: Callable[[str, str], None] | None = None) -> Awaitable[GenResult]:
         """Send ``req`` (scheduled, retried, counted); ``on_text(rid, piece)``: stream its text,
-        each attempt under its own rid (a retry streams again from its start)."""
+        each attempt under its own rid (a retry streams again from its start). Returns the
+        awaitable (not a coroutine of its own: one frame fewer on every request)."""
         if on_text is None:
             make: Callable[[], Awaitable[Any]] = lambda: self.backend.generate(req)  # noqa: E731
         else:
             def make() -> Awaitable[Any]:
                 rid = req.rid  # this attempt's: a late piece of a failed attempt names its own rid
                 return self.backend.generate_stream(req, lambda piece: on_text(rid, piece))
-        return await self._retrying(req, req.max_tokens, req.prefix_hint, make, req.kind, ctx)
+        return self._retrying(req, req.max_tokens, req.prefix_hint, make, req.kind, ctx)
 
-    async def submit_score(self, req: ScoreRequest, ctx) -> ScoreResult:
-        return await self._retrying(req, 1, self.program.program_id, lambda: self.backend.score(req), "score", ctx)
+    def submit_score(self, req: ScoreRequest, ctx) -> Awaitable[ScoreResult]:
+        return self._retrying(req, 1, self.program.program_id, lambda: self.backend.score(req), "score", ctx)

@@ -17,6 +17,7 @@ Example:
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import random
 import time
@@ -314,7 +315,7 @@ class Runtime:
         a thread's run saves a checkpoint per step and its exit (a finished thread does not run)."""
         if thread is not None and thread.finished:
             return thread.latest.status  # type: ignore[union-attr]
-        reason = await drive(run.program, Context(run, "execute"), on_certaindex=lambda p: self._on_certaindex(run, p),
+        reason = await drive(run.program, Context(run, "execute"), on_certaindex=functools.partial(self._on_certaindex, run),
                              max_steps=self.limits.max_steps,
                              on_step=None if thread is None else lambda: thread.save(run.program))
         return reason if thread is None else thread.finish(run.program, reason)

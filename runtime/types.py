@@ -112,7 +112,10 @@ class TokenUsage:
     requests: int = 0
 
     def add(self, kind: TokenKind, n: int) -> None:
-        setattr(self, kind, getattr(self, kind) + n)
+        if kind == "main":  # the common kind, without getattr/setattr
+            self.main += n
+        else:
+            setattr(self, kind, getattr(self, kind) + n)
 
     def merge(self, other: "TokenUsage") -> None:
         self.main += other.main

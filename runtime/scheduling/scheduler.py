@@ -106,7 +106,8 @@ class Scheduler:
         """
         if self.policy.observe_progress(info):
             self._waiting.rekey_all()
-        self._waiting.rekey(info.program_id, self.clock())
+        if self._waiting:  # nothing waits (no limits, or none reached): no key to move
+            self._waiting.rekey(info.program_id, self.clock())
 
     def pending(self, program_id: str) -> list[Ticket]:
         """The waiting tickets of one program, oldest first (the gang the policy moves)."""
@@ -228,6 +229,14 @@ class Scheduler:
             self._pump()
 
     # ---- async path (the Runtime) ---------------------------------------------------
+    def admit_now(self, t: Ticket) -> bool:
+        """Admit ``t`` at once when nothing limits admission (no await on that path); False:
+        ``await acquire(t)``."""
+        if self.unlimited:
+            self._take(t)
+            return True
+        return False
+
     async def acquire(self, t: Ticket) -> None:
         """Wait until ``t`` may go to the backend."""
         if self.unlimited:

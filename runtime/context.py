@@ -75,8 +75,8 @@ class Context:
         pid = self.run.program.program_id
         return GenRequest(prompt=prompt, max_tokens=max_tokens, temperature=temperature, top_p=top_p,
                           top_k=top_k, seed=seed, stop=tuple([stop] if isinstance(stop, str) else stop),
-                          rid=self._rid(), program_id=pid, step=self.step, branch=self.branch, kind=kind, logprobs=logprobs,
-                          chat=chat, prefix_hint=prefix_hint if prefix_hint is not None else pid)
+                          rid=self._rid(), program_id=pid, step=self.step, branch=self.branch, kind=kind,
+                          logprobs=logprobs, chat=chat, prefix_hint=prefix_hint if prefix_hint is not None else pid)
 
     @overload
     def gen(self, prompt: str, *, max_tokens: int = ..., temperature: float = ..., top_p: float = ...,

@@ -315,8 +315,8 @@ class Runtime:
         a thread's run saves a checkpoint per step and its exit (a finished thread does not run)."""
         if thread is not None and thread.finished:
             return thread.latest.status  # type: ignore[union-attr]
-        reason = await drive(run.program, Context(run, "execute"), on_certaindex=functools.partial(self._on_certaindex, run),
-                             max_steps=self.limits.max_steps,
+        reason = await drive(run.program, Context(run, "execute"),
+                             on_certaindex=functools.partial(self._on_certaindex, run), max_steps=self.limits.max_steps,
                              on_step=None if thread is None else lambda: thread.save(run.program))
         return reason if thread is None else thread.finish(run.program, reason)
 

@@ -239,8 +239,7 @@ class Scheduler:
 
     async def acquire(self, t: Ticket) -> None:
         """Wait until ``t`` may go to the backend."""
-        if self.unlimited:
-            self._take(t)
+        if self.admit_now(t):
             return
         loop = asyncio.get_running_loop()
         t.waiter = loop.create_future()

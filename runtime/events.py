@@ -46,12 +46,19 @@ class Event:
 
 
 class EventBus:
-    """Fan-out of runtime events to listeners; ``active`` is False when nobody listens."""
+    """Fan-out of runtime events to listeners; ``active`` is False when nobody listens.
 
-    __slots__ = ("_listeners",)
+    ``may_listen`` is a plain attribute, False until a listener subscribes or a sink is first
+    bound: the hot path reads ``bus.may_listen and bus.active`` (no call while nobody ever
+    listened; a bound sink lives as long as its task's context, so it stays True after one).
+    """
+
+    __slots__ = ("_listeners", "_sink_bound", "may_listen")
 
     def __init__(self) -> None:
         self._listeners: list[Callable[[Event], None]] = []
+        self._sink_bound = False
+        self.may_listen = False
 
     @property
     def active(self) -> bool:
@@ -64,7 +71,13 @@ class EventBus:
     def subscribe(self, fn: Callable[[Event], None]) -> Callable[[], None]:
         """Register ``fn``; returns a function that unsubscribes it."""
         self._listeners.append(fn)
-        return lambda: self._listeners.remove(fn) if fn in self._listeners else None
+        self.may_listen = True
+
+        def unsubscribe() -> None:
+            if fn in self._listeners:
+                self._listeners.remove(fn)
+            self.may_listen = bool(self._listeners) or self._sink_bound
+        return unsubscribe
 
     def emit(self, kind: str, program_id: str, step: str | None = None, branch: int | None = None,
              **data: Any) -> None:
@@ -82,6 +95,7 @@ class EventBus:
 def bind_sink(bus: EventBus, sink: Sink) -> contextvars.Token:
     """Deliver ``bus``'s events emitted in the current context (and in tasks started from it
     from now on) to ``sink`` as well; returns the token that :func:`unbind_sink` takes."""
+    bus._sink_bound = bus.may_listen = True
     return _SINK.set((bus, sink))
 
 

@@ -58,7 +58,7 @@ class ProgramRun:
         """
         self.inflight.add(rid)
         events = self.runtime.events
-        listening = events.active  # read once: a request's sent/done events come in pairs
+        listening = events.may_listen and events.active  # read once: a request's sent/done events come in pairs
         if listening:
             events.emit("request_sent", self.program.program_id, ctx.step, ctx.branch, rid=rid, token_kind=kind)
         deadlines = self.runtime._deadlines  # RuntimeLimits.request_timeout, as in timed(), without its frame

@@ -330,7 +330,7 @@ class Runtime:
             info.tokens_per_step = per_unit
             info.est_remaining_tokens = per_unit * remaining_steps(prog.policy, prog)
             self.scheduler.rekey(info)  # its waiting tickets' keys may have moved
-        if self.events.active:
+        if self.events.may_listen and self.events.active:
             self.events.emit("certaindex", prog.program_id, value=point.value, signals=point.signals,
                              knob=point.knob, tokens=point.tokens)
 

@@ -355,3 +355,42 @@ def test_runtime_docstring_examples_run(module):
     import importlib
     result = doctest.testmod(importlib.import_module(module), optionflags=doctest.ELLIPSIS)
     assert result.failed == 0 and result.attempted > 0
+
+
+async def test_events_reach_a_listener_subscribed_after_runs_without_one():
+    # the hot path skips event work while nobody ever listened (EventBus.may_listen): a
+    # listener subscribed later, unsubscribed and subscribed again still gets every event
+    rt = ct.Runtime(ct.ScriptedBackend(responses=["x"]))
+    await rt.run(make_sc(cap=2, fanout=2), question="q")
+    assert rt.events.may_listen is False
+    kinds: list[str] = []
+    off = rt.events.subscribe(lambda ev: kinds.append(ev.kind))
+    await rt.run(make_sc(cap=2, fanout=2), question="q")
+    assert Counter(kinds)["step_start"] == 2 and Counter(kinds)["request_done"] == 2
+    assert Counter(kinds)["certaindex"] >= 1
+    off()
+    assert rt.events.may_listen is False and rt.events.active is False
+    n = len(kinds)
+    await rt.run(make_sc(cap=2, fanout=2), question="q")
+    assert len(kinds) == n, "no events after unsubscribing"
+    rt.events.subscribe(lambda ev: kinds.append(ev.kind))
+    await rt.run(make_sc(cap=2, fanout=2), question="q")
+    assert Counter(kinds[n:])["step_start"] == 2
+
+
+async def test_branch_tasks_honour_a_task_factory_set_on_the_loop():
+    # branches start as plain asyncio.Task on a default loop; a factory the user set is used
+    loop = asyncio.get_running_loop()
+    made: list[str] = []
+
+    def factory(lp, coro, **kw):
+        made.append(getattr(coro, "__qualname__", ""))
+        return asyncio.Task(coro, loop=lp, **kw)
+
+    loop.set_task_factory(factory)
+    try:
+        r = await ct.Runtime(ct.ScriptedBackend(responses=["x"])).run(make_sc(cap=3, fanout=3), question="q")
+    finally:
+        loop.set_task_factory(None)
+    assert r.ok and r.knob_used == 3
+    assert sum("_run_step" in name for name in made) == 3

@@ -580,3 +580,20 @@ def test_requests_past_a_likely_stop_wait_behind_other_work():
     s.release(running[1])
     assert rids(s.admit()) == [lane[0].rid]  # nothing else waits: it may run
     assert not CertaSJF().speculative  # off by default (it lost max rate on the reasoning regimes)
+
+
+def test_limits_are_immutable_and_replacing_them_switches_admission():
+    # the ledger reads `unlimited` once per limits object (not per request): limits cannot be
+    # edited in place, and assigning new ones takes effect on the next ticket
+    import dataclasses
+    s = Scheduler(clock=lambda: 0.0)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        s.limits.max_requests = 1  # type: ignore[misc]
+    info = ProgramInfo("p", 0.0)
+    s.register(info)
+    first = s.ticket("p:0", info)
+    assert s.unlimited and s.admit_now(first)
+    s.limits = AdmissionLimits(max_requests=1)
+    assert not s.unlimited and not s.admit_now(s.ticket("p:1", info))
+    s.limits = AdmissionLimits()
+    assert s.admit_now(s.ticket("p:2", info))

@@ -24,9 +24,10 @@ if TYPE_CHECKING:  # pragma: no cover
     from certa.runtime.scheduling.scheduler import ProgramInfo, Ticket
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class AdmissionLimits:
-    """Caps on what is in flight at the backend at once (``None`` = unlimited).
+    """Caps on what is in flight at the backend at once (``None`` = unlimited); immutable
+    (the ledger reads ``unlimited`` once per limits, not per request: assign new limits to change them).
 
     ``max_tokens`` caps the sum of in-flight tickets' ``est_tokens``; ``kv_tokens`` caps the
     KV estimate: in-flight tickets' ``kv`` plus the resident prefixes of programs (idle
@@ -46,7 +47,7 @@ class Ledger:
     """In-flight requests, tokens and KV against the limits; evicts idle prefixes on demand."""
 
     def __init__(self, limits: AdmissionLimits, on_evict: Callable[[str], None] | None = None) -> None:
-        self.limits = limits
+        self.limits = limits  # sets ``unlimited``: read per request, a plain attribute
         self.on_evict = on_evict
         self.requests = 0
         self.tokens = 0
@@ -54,16 +55,25 @@ class Ledger:
         self.prefix_kv = 0
 
     @property
+    def limits(self) -> AdmissionLimits:
+        return self._limits
+
+    @limits.setter
+    def limits(self, value: AdmissionLimits) -> None:
+        self._limits, self.unlimited = value, value.unlimited
+
+    @property
     def full(self) -> bool:
         """No further request can start (the request cap is reached)."""
-        return self.limits.max_requests is not None and self.requests >= self.limits.max_requests
+        lim = self._limits
+        return lim.max_requests is not None and self.requests >= lim.max_requests
 
     def fits(self, tickets: list["Ticket"], programs: Iterable["ProgramInfo"] = ()) -> bool:
         """Would ``tickets`` fit together now? Evicts idle prefixes among ``programs`` if KV is short.
 
         An oversized unit (tokens/KV) still fits when nothing is in flight, so it cannot block forever.
         """
-        lim, idle = self.limits, self.requests == 0
+        lim, idle = self._limits, self.requests == 0
         if lim.max_requests is not None and self.requests + len(tickets) > lim.max_requests:
             return False
         if lim.max_tokens is not None and not idle and \
@@ -101,7 +111,7 @@ class Ledger:
         p = t.program
         self.requests += 1
         self.tokens += t.est_tokens
-        self.kv += t.kv
+        self.kv += t.est_tokens if t.kv_tokens is None else t.kv_tokens  # Ticket.kv, inline: per request
         if not p.prefix_resident and p.prefix_tokens:
             p.prefix_resident = True
             self.prefix_kv += p.prefix_tokens
@@ -111,7 +121,7 @@ class Ledger:
     def free(self, t: "Ticket", now: float) -> None:
         self.requests -= 1
         self.tokens -= t.est_tokens
-        self.kv -= t.kv
+        self.kv -= t.est_tokens if t.kv_tokens is None else t.kv_tokens  # as in take
         t.program.inflight -= 1
         t.program.last_active = now
 

@@ -227,8 +227,8 @@ def remaining_steps(policy: "Policy | None", program: "Program") -> float:
     ``ProgramInfo.est_remaining_tokens``.
     """
     if policy is None:
-        k = program.knob_value
-        return float(max(0, program.knob_cap - k)) if program.knob_cap else 0.0
+        cap = program.knob.cap  # per certaindex point: the attribute, not the knob_cap property
+        return float(max(0, cap - program.knob_value)) if cap else 0.0
     return float(policy.expected_remaining(program))
 
 

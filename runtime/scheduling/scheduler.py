@@ -104,10 +104,11 @@ class Scheduler:
         Whoever updates a ProgramInfo the policy keys on calls this (the Runtime does after each
         certaindex point); policies with ``key_stability = "ticket"`` or ``"dynamic"`` ignore it.
         """
-        if self.policy.observe_progress(info):
-            self._waiting.rekey_all()
-        if self._waiting:  # nothing waits (no limits, or none reached): no key to move
-            self._waiting.rekey(info.program_id, self.clock())
+        waiting = self._waiting  # per certaindex point: attribute reads, not the properties
+        if waiting.policy.observe_progress(info):
+            waiting.rekey_all()
+        if waiting._items:  # nothing waits (no limits, or none reached): no key to move
+            waiting.rekey(info.program_id, self.clock())
 
     def pending(self, program_id: str) -> list[Ticket]:
         """The waiting tickets of one program, oldest first (the gang the policy moves)."""
@@ -116,11 +117,11 @@ class Scheduler:
     # ---- tickets --------------------------------------------------------------------
     @property
     def unlimited(self) -> bool:
-        return self.limits.unlimited
+        return self.ledger.unlimited
 
     def ticket(self, rid: str, program: ProgramInfo, est_tokens: int = 0, prefix_hint: str | None = None,
                kv_tokens: int | None = None) -> Ticket:
-        if self.policy.observe_request(program):
+        if self._waiting.policy.observe_request(program):  # per request: not through the property
             self._waiting.rekey_all()
         return Ticket(rid=rid, program=program, enqueued=self.clock(), est_tokens=est_tokens,
                       prefix_hint=prefix_hint, seq=next(self._seq), kv_tokens=kv_tokens)
@@ -232,7 +233,7 @@ class Scheduler:
     def admit_now(self, t: Ticket) -> bool:
         """Admit ``t`` at once when nothing limits admission (no await on that path); False:
         ``await acquire(t)``."""
-        if self.unlimited:
+        if self.ledger.unlimited:  # per request: an attribute, not properties
             self._take(t)
             return True
         return False

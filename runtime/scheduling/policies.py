@@ -228,7 +228,8 @@ def remaining_steps(policy: "Policy | None", program: "Program") -> float:
     """
     if policy is None:
         cap = program.knob.cap  # per certaindex point: the attribute, not the knob_cap property
-        return float(max(0, cap - program.knob_value)) if cap else 0.0
+        k = program.knob_value
+        return float(cap - k) if cap and cap > k else 0.0
     return float(policy.expected_remaining(program))
 
 

@@ -9,7 +9,7 @@ naming the step (see docs/errors.md):
 - CT104 unbounded-fanout: a dynamic fan-out (callable ``fanout`` or a ``Send`` router) with no bound
 - CT105 missing-certaindex: the policy needs a certaindex (or a named signal) the graph lacks
 - CT106 unknown-state-key: a step declares it writes a key the state has no field for
-- CT107 invalid-graph: no steps, a bad fan-out value, or an ambiguous knob step
+- CT107 invalid-graph: no steps, a bad fan-out value, an ambiguous knob step, or ``elastic`` on a step that is not a looped fan-out
 - CT109 join-without-fanout: ``g.join(step, after=src)`` where ``src`` never fans out
 - CT110 invalid-join: a join that is its own fan-out, the entry, joined twice or also entered per branch
   (after the fan-out step or a later step of its lanes), or lanes that go back to the fan-out step
@@ -284,6 +284,10 @@ def compile_graph(g: Graph, policy: Policy | None, *, name: str | None = None) -
         if callable(s.fanout) and s.max_fanout is None:
             raise UnboundedFanoutError("dynamic fanout has no bound", program=g.name, step=s.name,
                                        hint="pass max_fanout=N to @graph.step")
+        if s.elastic and ((s.name, s.name) not in g.edges or s.fanout == 1):
+            raise InvalidGraphError("elastic=True widens the lanes of a looped fan-out step; this one "
+                                    + ("does not loop" if (s.name, s.name) not in g.edges else "has fanout=1"),
+                                    program=g.name, step=s.name, hint=f"give it fanout > 1 and graph.loop({s.name!r}), or drop elastic")
     for b in g.branches:
         if b.sends and b.max_fanout is None:
             targets = b.destinations or ()

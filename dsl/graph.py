@@ -60,6 +60,7 @@ class StepSpec:
     knob: bool = False
     writes: tuple[str, ...] | None = None
     max_visits: int | None = None
+    elastic: bool = False
 
 
 @dataclass(slots=True)
@@ -125,15 +126,19 @@ class Graph:
     @overload
     def step(self, *, name: str | None = None, fanout: int | Callable[[Any], int] = 1, max_fanout: int | None = None,
              knob: bool = False, writes: list[str] | None = None, max_visits: int | None = None,
-             entry: bool = False) -> Callable[[Callable[..., Any]], Callable[..., Any]]: ...
+             entry: bool = False, elastic: bool = False) -> Callable[[Callable[..., Any]], Callable[..., Any]]: ...
 
     def step(self, fn=None, /, *, name=None, fanout=1, max_fanout=None, knob=False, writes=None, max_visits=None,
-             entry=False):
+             entry=False, elastic=False):
         """Declare a step ``(state, ctx) -> update dict`` (async or sync; ``ctx`` optional).
 
         ``fanout=n`` launches n parallel branches each time the step is entered;
         ``knob=True`` marks the knob step: its finished branches are the knob's units, and
-        the cap bounds how many start (docs/concepts.md, "Knob").
+        the cap bounds how many start (docs/concepts.md, "Knob"). ``elastic=True`` (a looped
+        fan-out step, ``g.loop``): when one of its lanes continues and the scheduler reports
+        idle capacity with nobody waiting (:meth:`~certa.runtime.scheduling.scheduler.Scheduler.spare`),
+        up to ``fanout`` more lanes start beside it, and a lane started that way ends instead of
+        continuing once the capacity is wanted (the knob cap still bounds every launch).
         """
         self._open("add a step")
 
@@ -148,7 +153,7 @@ class Graph:
                 raise InvalidGraphError("a step takes (state) or (state, ctx)", program=self.name, step=step_name)
             self.steps[step_name] = StepSpec(step_name, f, inspect.iscoroutinefunction(f), len(params) == 2, fanout,
                                              max_fanout, knob, tuple(writes) if writes is not None else None,
-                                             max_visits)
+                                             max_visits, elastic)
             if entry:
                 self.entry_step = step_name
             return f

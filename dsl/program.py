@@ -322,7 +322,10 @@ class GraphProgram(Program):
             raise LimitExceededError(f"fanout {n} over the runtime limit {limit}", program=self.program_id, step=name)
         if source == name:
             lane, group = (self._lanes.get(parent), self._group_of.get(parent)) if parent is not None else (None, None)
-            self._launch(spec, None, lane, group)
+            if spec.elastic and lane is not None and self._ctx is not None:
+                self._continue_elastic(spec, lane, group)
+            else:
+                self._launch(spec, None, lane, group)
             return
         fanout = next(self._fanouts) if n > 1 else None
         outer = self._group_of.get(parent) if parent is not None else group
@@ -331,10 +334,28 @@ class GraphProgram(Program):
             self._launch(spec, None, None if fanout is None else (fanout, i), outer if own is None else own)
         self._drop_if_empty(own)
 
-    def _launch(self, spec: StepSpec, payload: Any, lane: tuple[int, int] | None = None,
+    def _continue_elastic(self, spec: StepSpec, lane: tuple[int, int], group: int | None) -> None:
+        """Continue a lane of an elastic fan-out (``Graph.step(elastic=True)``): beside it, up to
+        ``fanout`` new lanes while the scheduler has idle capacity beyond one more fan-out's width
+        and nobody waits, for work the program is expected to still do (``Context.spare_slots``:
+        the slot this lane just freed counts); a lane added that way ends instead once that no
+        longer holds, so the fan-out shrinks back to its width."""
+        assert self._ctx is not None
+        width = spec.fanout if isinstance(spec.fanout, int) else 1
+        spare = self._ctx.spare_slots(keep=width)
+        if lane[1] < 0 and spare <= 0:  # an added lane, and the room is wanted
+            return
+        self._launch(spec, None, lane, group)
+        for _ in range(min(spare - 1, width)):
+            if self.hit_cap:
+                return
+            self._launch(spec, None, (lane[0], None), group)
+
+    def _launch(self, spec: StepSpec, payload: Any, lane: tuple[int, int | None] | None = None,
                 group: int | None = None) -> None:
-        """Start one branch of ``spec``; ``lane``: its (fan-out, lane) when it is one of several;
-        ``group``: the join group it belongs to (see :meth:`_finish_in_group`)."""
+        """Start one branch of ``spec``; ``lane``: its (fan-out, lane) when it is one of several
+        (lane ``None``: a new lane of that fan-out, numbered ``-1 - branch``); ``group``: the
+        join group it belongs to (see :meth:`_finish_in_group`)."""
         knob_step = self.compiled.knob_step
         if self.knob.cap is not None and (spec.name == knob_step or spec.name in self.compiled.feeds_knob):
             spent = self.tokens.main if self.knob.unit == "tokens" else self.launches[knob_step]
@@ -346,7 +367,7 @@ class GraphProgram(Program):
         self.launches[spec.name] += 1
         branch = next(self._branch_ids)
         if lane is not None:
-            self._lanes[branch] = lane
+            self._lanes[branch] = lane if lane[1] is not None else (lane[0], -1 - branch)
         if group is not None:
             self._groups[group][1] += 1
             self._group_of[branch] = group

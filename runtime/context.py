@@ -56,6 +56,12 @@ class Context:
         """The runtime's cap on the branches one step may fan out to (None = no limit)."""
         return self.run.runtime.limits.max_fanout
 
+    def spare_slots(self, keep: int = 0) -> int:
+        """Requests this program may start now beside its own in flight, leaving ``keep`` free, while
+        nobody waits (0 unless the scheduler's policy widens:
+        :meth:`~certa.runtime.scheduling.scheduler.Scheduler.spare`); elastic fan-outs read it."""
+        return self.run.runtime.scheduler.spare(self.run.info, keep)
+
     def _rid(self, tag: str = "") -> str:
         return f"{self.run.program.program_id}:{self.step}:{self.branch}:{next(self.run.rid_counter)}{tag}"
 

@@ -71,7 +71,7 @@ def sc_program(branches_per_round: int = 4, cap: int = 16, policy: Policy | None
         policy = sc_default_policy()
     g = Graph(SCState, knob=Knob("branches", cap=cap), name=name)
 
-    @g.step(fanout=min(branches_per_round, cap))
+    @g.step(fanout=min(branches_per_round, cap), elastic=1 < branches_per_round < cap)
     async def sample(s: SCState, ctx) -> dict:
         """One full solution; keep only its extracted answer."""
         out = await ctx.gen(prompt(template, question=s.question), max_tokens=max_tokens,

@@ -79,7 +79,7 @@ def trace_sc(fanout: int, cap: int, tau: float | None, detect_at: int, every: in
     """Self-Consistency over trace samples (``tau=None``: no early exit, run to ``cap``)."""
     g = Graph(TraceSCState, knob=Knob("branches", cap=cap), name="sc")
 
-    @g.step(fanout=min(fanout, cap))
+    @g.step(fanout=min(fanout, cap), elastic=1 < fanout < cap)
     async def sample(s: TraceSCState, ctx) -> dict:
         """Trace sample ``ctx.branch`` (branches are numbered in launch order)."""
         rec = s.problem.samples[ctx.branch]

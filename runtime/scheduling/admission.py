@@ -68,6 +68,17 @@ class Ledger:
         lim = self._limits
         return lim.max_requests is not None and self.requests >= lim.max_requests
 
+    def room(self) -> int:
+        """Requests that could start now beside those in flight: the request cap's free slots and the
+        free token and KV budgets, each in units of the mean in-flight request's (0 when unlimited)."""
+        lim, n = self._limits, self.requests
+        rooms = [] if lim.max_requests is None else [lim.max_requests - n]
+        if n and lim.max_tokens is not None and self.tokens > 0:
+            rooms.append((lim.max_tokens - self.tokens) * n // self.tokens)
+        if n and lim.kv_tokens is not None and self.kv > 0:
+            rooms.append((lim.kv_tokens - self.kv - self.prefix_kv) * n // self.kv)
+        return max(0, min(rooms)) if rooms else 0
+
     def fits(self, tickets: list["Ticket"], programs: Iterable["ProgramInfo"] = ()) -> bool:
         """Would ``tickets`` fit together now? Evicts idle prefixes among ``programs`` if KV is short.
 

@@ -105,6 +105,22 @@ class StopCalibration:
         n = min(self.next_check(info.knob_used) or info.knob_cap, info.knob_cap)  # no check ahead: the cap
         return (n - info.knob_used) + p * max(0.0, info.knob_cap - n)
 
+    def likely_steps(self, info: ProgramInfo) -> int | None:
+        """Knob units the program runs with probability at least 1/2 (the next check's distance
+        for sure, then check by check while the chance of continuing past them all stays at least
+        1/2, its current bin's rate at each), or None (too few outcomes in its bin, no cap)."""
+        p = self.rate(self.bin(info.certaindex))
+        cap = info.knob_cap
+        if p is None or cap is None:
+            return None
+        k, reach = info.knob_used, 1.0
+        while k < cap:
+            k = min(self.next_check(k) or cap, cap)
+            reach *= p
+            if reach < 0.5:
+                break
+        return k - info.knob_used
+
     def speculative(self, info: ProgramInfo) -> bool:
         """Are the program's waiting requests past its next check, likely wasted?
 

@@ -20,7 +20,9 @@ queue, the llama.cpp engine's batch, SGLang priorities and the simulator's queue
   stop behind all other work; off by default: on the reasoning regimes of
   ``benchmarks/online_slo.py`` it cost max rate in 5 of the 6 KV-limited ones (e.g. regime 1:
   0.925× fcfs with it, 2.37× without; docs/scheduling.md). It helps where programs stop only
-  at a few fixed checks (``Threshold(0.55, 4, 4)``).
+  at a few fixed checks (``Threshold(0.55, 4, 4)``). ``widen`` (on) lets elastic fan-outs
+  (SC's lanes) add lanes into idle capacity while nobody waits, only for work the program
+  likely still does (``wanted_requests``).
 * ``certa-nocd`` — the same without certaindex: remaining work from history only
   (tokens per step × (historical steps per program − steps done)).
 
@@ -130,18 +132,23 @@ class CertaSJF(SchedulingPolicy):
             calibration replace the cap and the stop policy's estimate (``certa`` only).
         speculative: queue requests past a likely stop behind all other work (``certa`` only;
             off by default, see the module docstring).
+        widen: let elastic fan-outs (SC's lanes) add lanes into idle capacity while nobody
+            waits (:meth:`~certa.runtime.scheduling.scheduler.Scheduler.spare`), as far as
+            :meth:`wanted_requests` allows (``certa`` only: it reads the stop calibration).
     """
 
     gang = True
     key_stability = "program"  # changes with the program's estimate (Scheduler.rekey) or the history
 
     def __init__(self, aging: float = 50.0, use_certaindex: bool = True, prior_tokens_per_step: float = 1000.0,
-                 prior_steps: float = 4.0, min_history: int = 5, speculative: bool = False) -> None:
+                 prior_steps: float = 4.0, min_history: int = 5, speculative: bool = False,
+                 widen: bool = True) -> None:
         if aging < 0:
             raise ConfigError(f"aging must be >= 0, not {aging}")
         self.aging = aging
         self.use_certaindex = use_certaindex
         self.speculative = speculative and use_certaindex
+        self.widen = widen
         self.prior_tokens_per_step = prior_tokens_per_step
         self.prior_steps = prior_steps
         self.history = History()
@@ -172,6 +179,14 @@ class CertaSJF(SchedulingPolicy):
                 steps = min(steps, info.knob_cap)
         left = steps - info.knob_used
         return tps * (left if left > 0 else 1.0)  # still asking for work: at least one more step
+
+    def wanted_requests(self, info: ProgramInfo) -> int:
+        """Knob units the program runs with probability at least 1/2 (:meth:`StopCalibration.likely_steps`;
+        0 before its bin is calibrated, and always for ``certa-nocd``): an elastic fan-out adds lanes
+        only for work the program likely still does."""
+        if not self.use_certaindex:
+            return 0
+        return self.calibration.likely_steps(info) or 0
 
     def program_key(self, info: ProgramInfo) -> float:
         """``remaining + aging × arrival`` (arrival counted from the first one seen)."""

@@ -229,6 +229,16 @@ class Scheduler:
         if self._waiting.with_waiter:
             self._pump()
 
+    def spare(self, info: ProgramInfo, keep: int = 0) -> int:
+        """Requests ``info``'s program may start now beside its own in flight, for policies that
+        ``widen`` (else 0): while nobody waits, the free room less ``keep``, and no more than the
+        policy expects the program to still use (``wanted_requests``). What an elastic fan-out may
+        run (``Graph.step(elastic=True)``)."""
+        q = self._waiting
+        if not q.policy.widen or q._items or self.ledger.unlimited:
+            return 0
+        return max(0, min(self.ledger.room() - keep, q.policy.wanted_requests(info) - info.inflight))
+
     # ---- async path (the Runtime) ---------------------------------------------------
     def admit_now(self, t: Ticket) -> bool:
         """Admit ``t`` at once when nothing limits admission (no await on that path); False:

@@ -573,13 +573,17 @@ def test_requests_past_a_likely_stop_wait_behind_other_work():
     s.register(other)
     submit(s, other, 2)
     assert rids(s.admit()) == ["other-0"]  # one free slot: the other program's work first
+    # the mark is for requests waiting for admission only: an engine ordering the ones it was
+    # handed (its own queue, preemption victims) keys sure's branches, which decide its stop, as usual
+    assert pol.key(lane[0], 0.0)[0] is True and pol.key(running[0], 0.0)[0] is False
+    assert rids(pol.order(running + [s.lookup("other-0")], 0.0))[-1] == "other-0"
     s.release(running[0])
     sure.knob_used = 2
     s.rekey(sure)
     assert rids(s.admit()) == ["other-1"]
     s.release(running[1])
     assert rids(s.admit()) == [lane[0].rid]  # nothing else waits: it may run
-    assert not CertaSJF().speculative  # off by default (it lost max rate on the reasoning regimes)
+    assert CertaSJF().speculative and not CertaSJF(use_certaindex=False).speculative  # certa's default
 
 
 def test_limits_are_immutable_and_replacing_them_switches_admission():

@@ -16,13 +16,14 @@ queue, the llama.cpp engine's batch, SGLang priorities and the simulator's queue
   actually stop at a point, so one hovering below the threshold (which the stop policy's own
   estimate expects to pass soon) is seen to run on; before a program's first point, the
   finished programs' mean steps (capped by its knob cap) rather than the cap.
-  ``speculative=True`` also queues a program's requests past a check where it will likely
-  stop behind all other work; off by default: on the reasoning regimes of
-  ``benchmarks/online_slo.py`` it cost max rate in 5 of the 6 KV-limited ones (e.g. regime 1:
-  0.925× fcfs with it, 2.37× without; docs/scheduling.md). It helps where programs stop only
-  at a few fixed checks (``Threshold(0.55, 4, 4)``). ``widen`` (on) lets elastic fan-outs
-  (SC's lanes) add lanes into idle capacity while nobody waits, only for work the program
-  likely still does (``wanted_requests``).
+  Requests past a check where the program will likely stop (``speculative``, on by default)
+  wait behind all other work while they wait for admission; once admitted they are ordered as
+  usual, so an engine ordering its own queue and preemption victims with this policy never puts
+  a program's admitted branches, the ones that decide its stop, behind everyone else's (the
+  per-program mark did until 2026-12-04, which is what made it lose max rate on the KV-limited
+  regimes of ``benchmarks/online_slo.py``; docs/scheduling.md). ``widen`` (on) lets elastic
+  fan-outs (SC's lanes) add lanes into idle capacity while nobody waits, only for work the
+  program likely still does (``wanted_requests``).
 * ``certa-nocd`` — the same without certaindex: remaining work from history only
   (tokens per step × (historical steps per program − steps done)).
 
@@ -130,8 +131,8 @@ class CertaSJF(SchedulingPolicy):
         prior_tokens_per_step / prior_steps: estimates before any history exists.
         min_history: finished programs (and outcomes per certaindex bin) before history and
             calibration replace the cap and the stop policy's estimate (``certa`` only).
-        speculative: queue requests past a likely stop behind all other work (``certa`` only;
-            off by default, see the module docstring).
+        speculative: queue requests past a likely stop behind all other work while they wait
+            for admission (``certa`` only; see the module docstring).
         widen: let elastic fan-outs (SC's lanes) add lanes into idle capacity while nobody
             waits (:meth:`~certa.runtime.scheduling.scheduler.Scheduler.spare`), as far as
             :meth:`wanted_requests` allows (``certa`` only: it reads the stop calibration).
@@ -141,7 +142,7 @@ class CertaSJF(SchedulingPolicy):
     key_stability = "program"  # changes with the program's estimate (Scheduler.rekey) or the history
 
     def __init__(self, aging: float = 50.0, use_certaindex: bool = True, prior_tokens_per_step: float = 1000.0,
-                 prior_steps: float = 4.0, min_history: int = 5, speculative: bool = False,
+                 prior_steps: float = 4.0, min_history: int = 5, speculative: bool = True,
                  widen: bool = True) -> None:
         if aging < 0:
             raise ConfigError(f"aging must be >= 0, not {aging}")
@@ -196,11 +197,13 @@ class CertaSJF(SchedulingPolicy):
 
     def key(self, ticket: Ticket, now: float) -> tuple:
         p = ticket.program
-        spec = self.speculative and self.calibration.speculative(p)  # behind all other work
+        # behind all other work, only while it waits for admission (qpos >= 0): an engine ordering
+        # its own queue and preemption victims must not put the program's admitted branches last
+        spec = self.speculative and ticket.qpos >= 0 and self.calibration.speculative(p)
         return (spec, self.program_key(p), p.arrival, p.program_id, ticket.seq)
 
     def priority(self, ticket: Ticket, now: float) -> float:
-        spec = self.speculative and self.calibration.speculative(ticket.program)
+        spec = self.speculative and ticket.qpos >= 0 and self.calibration.speculative(ticket.program)
         return self.program_key(ticket.program) + (SPECULATIVE if spec else 0.0)
 
     def observe_finish(self, info: ProgramInfo) -> None:

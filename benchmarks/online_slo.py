@@ -71,7 +71,8 @@ def _regime_job(job: tuple) -> dict:
     from certa.simulation.regimes import REGIMES, run_regime
 
     i, policies, n, refine, slo_scale, seed, out, resume = job
-    key = {"policies": policies, "n": n, "refine": refine, "slo_scale": slo_scale, "seed": seed}
+    key = {"policies": policies, "n": n, "refine": refine, "slo_scale": slo_scale, "seed": seed,
+           "kv_admission": run_regime.__kwdefaults__["kv_admission"]}  # a saved regime from other limits is stale
     part = out / f"regime_{i}.json"  # each regime is saved as it ends; --resume reuses it
     if resume and part.is_file():
         done = json.loads(part.read_text(encoding="utf-8"))

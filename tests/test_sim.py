@@ -336,6 +336,27 @@ def test_sweep_reports_max_rates_ratios_and_slo_scales():
         run_sweep(synth_traces(2, seed=0), SweepSpec(policies=["nope"]))
 
 
+def test_kv_admission_scales_only_the_gang_policies_kv_budget(monkeypatch):
+    import certa.simulation.sweep as sweep
+    seen: dict[str, object] = {}
+
+    def spy(specs, policy, engine, cost, *, limits=None, **kw):
+        seen[policy] = limits
+        return real(specs, policy, engine, cost, limits=limits, **kw)
+
+    real = sweep.simulate
+    monkeypatch.setattr(sweep, "simulate", spy)
+    spec = sweep.SweepSpec(policies=["fcfs", "certa"], n_programs=4, kv_admission=2.0)
+    exp = sweep.Experiment(synth_traces(2, seed=0, samples=4), spec)
+    exp.run("fcfs", 0.1)
+    exp.run("certa", 0.1)
+    assert seen["fcfs"] is None  # request-level policies pass everything to the engine, as SGLang does
+    assert seen["certa"].kv_tokens == 2 * exp.engine.kv_capacity
+    assert seen["certa"].max_requests == exp.engine.max_running
+    with pytest.raises(ConfigError):
+        sweep.SweepSpec(kv_admission=0.0).check()
+
+
 def test_cli_simulate_and_fit(tmp_path):
     from typer.testing import CliRunner
 

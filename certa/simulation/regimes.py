@@ -16,6 +16,12 @@
 * throughput under overload (``overload`` × that rate): programs finished per second while
   programs still arrive (the service rate), and over the run's whole span (with the drain).
 
+Gang policies admit up to ``kv_admission`` (2) × the engine's KV pool in the ledger's estimate
+(each request at its average footprint): at 1× the ledger binds before the engine's own KV
+admission, and FCFS itself under those limits loses 10–20% of its span throughput (regime 1
+at 3× fcfs's max rate: span 4,828 s vs 4,358 s unlimited; regime 0: mean decode batch 19.0 →
+14.4); at 2× it equals the unlimited runs. ``fcfs``/``lpm`` run unlimited, as SGLang does.
+
 :data:`REGIMES` lists the regimes of ``benchmarks/online_slo.py --workload reasoning``; the
 one whose ``role`` is ``"tune"`` is where sizes and SLO scale were chosen, the others are
 reported as measured.
@@ -139,7 +145,7 @@ def _throughput(records: list) -> dict[str, float]:
 
 def run_regime(reg: Regime, *, policies: list[str] | None = None, n_programs: int = 100, slo_scale: float = 3.0,
                tail_margin: float = 1.2, refine: int = 3, points: int = 8, overload: float = 3.0, seed: int = 0,
-               k: int = 16,
+               k: int = 16, kv_admission: float = 2.0,
                program: ProgramConfig | None = None, profile: AgreementProfile | None = None,
                progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Measure one regime (see the module docstring); returns a JSON-ready dict."""
@@ -155,7 +161,7 @@ def run_regime(reg: Regime, *, policies: list[str] | None = None, n_programs: in
                                   expand_samples=reg.expand)
 
     spec = SweepSpec(preset=reg.preset, policies=pols, n_programs=n_programs, slo_scale=slo_scale, refine=refine,
-                     exit_mode="all", seed=seed, program=cfg, rate_scales=[])
+                     exit_mode="all", seed=seed, program=cfg, rate_scales=[], kv_admission=kv_admission)
     exps = {"all": Experiment(problems, spec, workload)}
     exps["system"] = Experiment(problems, replace(spec, exit_mode="system"), workload)
     ex = exps["all"]
@@ -183,6 +189,7 @@ def run_regime(reg: Regime, *, policies: list[str] | None = None, n_programs: in
                      "agreement_profile": prof.as_dict() if reg.expand else None, "k": k},
         "spec": {"n_programs": n_programs, "slo_scale": slo_scale, "tail_margin": tail_margin, "refine": refine,
                  "points": points, "overload": overload, "seed": seed, "target": spec.target,
+                 "kv_admission": kv_admission,
                  "program": {kk: v for kk, v in asdict(cfg).items()}, "gang_admission": list(GANG)},
         "rates": rates, "modes": {},
     }

@@ -15,7 +15,10 @@ Which programs use certaindex early exit (``exit_mode``): ``system`` (default) â
 ``certa`` (the baselines are systems without certaindex, and ``certa-nocd`` is certa's
 scheduler without it); ``all`` â€” every policy (isolates scheduling); ``none``.
 Gang policies (``app-fifo``, ``certa-nocd``, ``certa``) get certa's admission control
-(engine batch size and KV pool, scaled by ``admission``); ``fcfs``/``lpm`` pass every
+(engine batch size and KV pool, scaled by ``admission``; the KV budget also by ``kv_admission``:
+the ledger counts each request at its AVERAGE footprint, half its expected output, so a budget
+of the pool itself leaves the pool part-empty at the peaks; the engine's own KV admission and
+preemption handle what is admitted beyond it); ``fcfs``/``lpm`` pass every
 request to the engine as SGLang does.
 
 Example:
@@ -65,6 +68,7 @@ class SweepSpec:
     target: float = 0.9
     refine: int = 4  # bisection steps on each policy's max rate
     admission: float = 1.0  # gang policies' admission limits as a fraction of the engine's
+    kv_admission: float = 1.0  # and their KV budget, further, as a multiple of the pool (see below)
     max_running: int = 256
     seed: int = 0
     program: ProgramConfig = field(default_factory=ProgramConfig)
@@ -73,8 +77,9 @@ class SweepSpec:
         bad = [p for p in self.policies if p not in POLICIES]
         if bad:
             raise ConfigError(f"unknown policies {bad}", hint=f"choose from {', '.join(POLICIES)}")
-        if self.n_programs < 1 or self.slo_scale <= 0 or not 0 < self.target <= 1 or self.admission <= 0:
-            raise ConfigError("n_programs, slo_scale, admission must be > 0 and target in (0, 1]")
+        if self.n_programs < 1 or self.slo_scale <= 0 or not 0 < self.target <= 1 or self.admission <= 0 \
+                or self.kv_admission <= 0:
+            raise ConfigError("n_programs, slo_scale, admission, kv_admission must be > 0 and target in (0, 1]")
 
 
 class Experiment:
@@ -111,7 +116,7 @@ class Experiment:
             if policy in GANG:
                 d = default_limits(self.engine)
                 lim = replace(d, max_requests=max(1, int(d.max_requests * self.spec.admission)),  # type: ignore[operator]
-                              kv_tokens=int(d.kv_tokens * self.spec.admission))  # type: ignore[operator]
+                              kv_tokens=int(d.kv_tokens * self.spec.admission * self.spec.kv_admission))  # type: ignore[operator]
             self._runs[key] = simulate(self.workload(rate), policy, self.engine, self.preset.cost, limits=lim,
                                        config=self.spec.program, early_exit=self.early_exit(policy))
         return self._runs[key]

@@ -137,8 +137,9 @@ class Graph:
         the cap bounds how many start (docs/concepts.md, "Knob"). ``elastic=True`` (a looped
         fan-out step, ``g.loop``): when one of its lanes continues and the scheduler reports
         idle capacity with nobody waiting (:meth:`~certa.runtime.scheduling.scheduler.Scheduler.spare`),
-        up to ``fanout`` more lanes start beside it, and a lane started that way ends instead of
-        continuing once the capacity is wanted (the knob cap still bounds every launch).
+        up to ``fanout`` more lanes start beside it, as far as the policy expects the program to
+        still use them, and a lane started that way ends instead of continuing once the capacity
+        is wanted (the knob cap still bounds every launch).
         """
         self._open("add a step")
 

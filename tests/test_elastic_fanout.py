@@ -9,13 +9,14 @@ import pytest
 from certa.algorithms.programs.self_consistency import sc_program
 from certa.dsl import Graph, State
 from certa.dsl.errors import InvalidGraphError
-from certa.runtime import Program, Runtime, ScriptedBackend
+from certa.runtime import Runtime, ScriptedBackend
 from certa.runtime.scheduling.admission import AdmissionLimits, Ledger
 from certa.runtime.scheduling.policies import make_policy
 from certa.runtime.scheduling.policies import CertaSJF
 from certa.runtime.scheduling.scheduler import ProgramInfo, Scheduler, SchedulingPolicy, Ticket
 from certa.runtime.sim.clock import run_virtual
-from certa.runtime.types import Knob
+
+from .test_schedulers import Fan
 
 
 class Counting(ScriptedBackend):
@@ -80,20 +81,6 @@ def test_no_widening_without_a_widening_policy_calibration_or_limits(name, limit
     assert backend.peak == 2  # the declared fan-out
 
 
-class Pair(Program):
-    """One step of two requests at once (a program that arrives later and has to wait)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.knob = Knob("iterations", cap=1)
-        self.state = {"answer": None}
-
-    async def execute(self, ctx) -> bool:
-        await asyncio.gather(*(ctx.gen(f"pair {i}", max_tokens=8) for i in range(2)))
-        self.knob_used += 1
-        return False
-
-
 def test_added_lanes_end_once_another_program_waits():
     """Slots 4, SC with 2 lanes widens to 4; a 2-request program arrives at t=1.5 and waits; at
     t=2 the added lanes end instead of continuing, so it starts then, not a round later."""
@@ -103,7 +90,7 @@ def test_added_lanes_end_once_another_program_waits():
     async def go():
         async def later():
             await asyncio.sleep(1.5)
-            return await rt.run(Pair())
+            return await rt.run(Fan("pair", 1))  # one step of two requests at once
         return await asyncio.gather(rt.run(sc_program(branches_per_round=2, cap=12), question="q?"), later())
 
     sc, pair = run_virtual(go())

@@ -10,8 +10,9 @@ import pytest
 
 from certa.runtime import AdmissionLimits, Knob, Program, Runtime, ScriptedBackend, Scheduler, Threshold
 from certa.runtime.errors import ConfigError
-from certa.runtime.scheduling.scheduler import ProgramInfo, SchedulingPolicy, Ticket
+from certa.runtime.scheduling.calibration import SPECULATIVE
 from certa.runtime.scheduling.policies import POLICIES, CertaSJF, make_policy, remaining_steps
+from certa.runtime.scheduling.scheduler import ProgramInfo, SchedulingPolicy, Ticket
 
 
 class Clock:
@@ -577,6 +578,8 @@ def test_requests_past_a_likely_stop_wait_behind_other_work():
     # handed (its own queue, preemption victims) keys sure's branches, which decide its stop, as usual
     assert pol.key(lane[0], 0.0)[0] is True and pol.key(running[0], 0.0)[0] is False
     assert rids(pol.order(running + [s.lookup("other-0")], 0.0))[-1] == "other-0"
+    # a backend priority (SGLang) is computed once, as a request is submitted: it carries the mark
+    assert pol.priority(Ticket("sure-new", sure, 0.0), 0.0) >= SPECULATIVE
     s.release(running[0])
     sure.knob_used = 2
     s.rekey(sure)

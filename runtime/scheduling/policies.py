@@ -149,7 +149,7 @@ class CertaSJF(SchedulingPolicy):
         self.aging = aging
         self.use_certaindex = use_certaindex
         self.speculative = speculative and use_certaindex
-        self.widen = widen
+        self.widen = widen and use_certaindex
         self.prior_tokens_per_step = prior_tokens_per_step
         self.prior_steps = prior_steps
         self.history = History()
@@ -203,7 +203,8 @@ class CertaSJF(SchedulingPolicy):
         return (spec, self.program_key(p), p.arrival, p.program_id, ticket.seq)
 
     def priority(self, ticket: Ticket, now: float) -> float:
-        spec = self.speculative and ticket.qpos >= 0 and self.calibration.speculative(ticket.program)
+        # computed once per request, as it is submitted (before admission): the mark is its own
+        spec = self.speculative and self.calibration.speculative(ticket.program)
         return self.program_key(ticket.program) + (SPECULATIVE if spec else 0.0)
 
     def observe_finish(self, info: ProgramInfo) -> None:

@@ -183,10 +183,8 @@ class CertaSJF(SchedulingPolicy):
 
     def wanted_requests(self, info: ProgramInfo) -> int:
         """Knob units the program runs with probability at least 1/2 (:meth:`StopCalibration.likely_steps`;
-        0 before its bin is calibrated, and always for ``certa-nocd``): an elastic fan-out adds lanes
-        only for work the program likely still does."""
-        if not self.use_certaindex:
-            return 0
+        0 before its bin is calibrated, and always for ``certa-nocd``, whose calibration is never fed):
+        an elastic fan-out adds lanes only for work the program likely still does."""
         return self.calibration.likely_steps(info) or 0
 
     def program_key(self, info: ProgramInfo) -> float:

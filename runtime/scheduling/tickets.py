@@ -83,11 +83,6 @@ class SchedulingPolicy:
     gang = False
     widen = False
     """Whether elastic fan-outs may add lanes into idle capacity (:meth:`Scheduler.spare`)."""
-
-    def wanted_requests(self, info: ProgramInfo) -> int:
-        """Requests (knob units) the program is expected to still use, in flight included: the
-        most a widening policy lets its elastic fan-out run at once."""
-        return 0
     key_stability = "ticket"
     """What ``key`` depends on: ``"ticket"`` (fixed once queued), ``"program"`` (changes only with
     the ticket's ProgramInfo, see :meth:`Scheduler.rekey`, or in ``observe_finish``) or
@@ -97,6 +92,11 @@ class SchedulingPolicy:
 
     def key(self, ticket: Ticket, now: float) -> tuple:
         return (ticket.enqueued, ticket.seq)
+
+    def wanted_requests(self, info: ProgramInfo) -> int:
+        """Requests (knob units) the program is expected to still use, in flight included: the
+        most a widening policy lets its elastic fan-out run at once."""
+        return 0
 
     def order(self, tickets: Iterable[Ticket], now: float) -> list[Ticket]:
         """Tickets in the order they should run (used by engines forming a batch)."""

@@ -15,7 +15,7 @@ Not a timed test: the simulator is deterministic for a seed; it writes JSON and 
 usage: python benchmarks/online_slo.py [--workload TRACES.jsonl] [--out out/online_slo]
        [--preset h200-r1-distill-qwen-7b] [--n-programs 300] [--quick] [--no-ablations] [--jobs N]
        python benchmarks/online_slo.py --workload reasoning --out DIR [--img DIR] [--regimes 0,1,...]
-       [--n-programs 100] [--jobs N]
+       [--n-programs 100] [--jobs N] [--seeds 10] [--resume]
 
 ``--jobs N`` runs the main run and the ablations (or the regimes) in ``N`` processes (same
 results: each run is deterministic and independent).
@@ -29,7 +29,12 @@ differs; ``system``: only certa does): the max rate at 90% attainment of a unifo
 (bisection), mean/P90 latency and the latency CDF at one fixed rate (fcfs's max rate with
 early exit), throughput at 3× that rate (while programs arrive, and over the whole span).
 Writes ``DIR/online_slo_reasoning.json`` and one PNG per regime (attainment vs rate and
-latency CDF, both modes) in ``--img`` (default DIR).
+latency CDF, both modes) in ``--img`` (default DIR). Then, per regime, the never-worse
+comparison (certa/fcfs mean latency at the fixed rate, throughput at 3× it while programs
+arrive and over the whole span, early exit for both) is repeated over ``--seeds`` draws of the
+workload (default 10; :mod:`certa.simulation.seed_spread`): per-seed ratios, mean and bootstrap
+95% CI over seeds, seeds outside the 1.03×/0.97× lines, in the JSON (``seed_spread``,
+``seed_table``), ``DIR/regime_<i>_seeds.json`` and ``online_slo_reasoning_seeds.png``.
 """
 
 from __future__ import annotations
@@ -72,7 +77,7 @@ def _regime_job(job: tuple) -> dict:
 
     i, policies, n, refine, slo_scale, seed, out, resume = job
     key = {"policies": policies, "n": n, "refine": refine, "slo_scale": slo_scale, "seed": seed,
-           "kv_admission": run_regime.__kwdefaults__["kv_admission"]}  # a saved regime from other limits is stale
+           "kv_admission": run_kv_admission()}  # a saved regime from other limits is stale
     part = out / f"regime_{i}.json"  # each regime is saved as it ends; --resume reuses it
     if resume and part.is_file():
         done = json.loads(part.read_text(encoding="utf-8"))
@@ -85,6 +90,61 @@ def _regime_job(job: tuple) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     part.write_text(json.dumps(res) + "\n", encoding="utf-8")
     return res
+
+
+def _spread_job(job: tuple) -> dict:
+    """The seed spread of one regime at its fixed rate (:mod:`certa.simulation.seed_spread`), saved like a regime."""
+    from certa.simulation.regimes import REGIMES
+    from certa.simulation.seed_spread import seed_spread
+
+    i, rate, seeds, n, out, resume = job
+    key = {"rate": rate, "seeds": seeds, "n": n, "kv_admission": run_kv_admission()}
+    part = out / f"regime_{i}_seeds.json"
+    if resume and part.is_file():
+        done = json.loads(part.read_text(encoding="utf-8"))
+        if done.get("key") == key:
+            return done
+    res = seed_spread(REGIMES[i], rate=rate, seeds=seeds, n_programs=n, kv_admission=key["kv_admission"],
+                      progress=lambda msg: print(msg, file=sys.stderr, flush=True))
+    res["index"], res["key"] = i, key
+    out.mkdir(parents=True, exist_ok=True)
+    part.write_text(json.dumps(res) + "\n", encoding="utf-8")
+    return res
+
+
+def run_kv_admission() -> float:
+    """The gang policies' KV budget :func:`~certa.simulation.regimes.run_regime` uses (part of every resume key)."""
+    from certa.simulation.regimes import run_regime
+
+    return run_regime.__kwdefaults__["kv_admission"]
+
+
+def plot_seed_spread(spreads: list[dict], img: Path) -> Path | None:
+    """Per regime, each seed's certa/fcfs ratio (dots) and the mean over seeds (bar), against the bound."""
+    from certa.plots import new_figure, save_figure
+    from certa.simulation.seed_spread import BOUNDS
+
+    fig = new_figure(12.0, 3.6)
+    axes = fig.subplots(1, len(BOUNDS))
+    labels = {"mean_latency": "mean latency at the fixed rate", "throughput": "throughput while programs arrive",
+              "throughput_span": "throughput over the whole span"}
+    for ax, (metric, (_, bound)) in zip(axes, BOUNDS.items()):
+        for s in spreads:
+            ys = [r[metric] for r in s["per_seed"] if r[metric] is not None]
+            ax.plot([s["index"]] * len(ys), ys, "o", ms=3, alpha=0.5, color="tab:blue")
+            if s["summary"][metric]:
+                ax.plot([s["index"] - 0.3, s["index"] + 0.3], [s["summary"][metric]["mean"]] * 2, color="k", lw=2)
+        ax.axhline(bound, ls="--", color="tab:red", lw=0.8)
+        ax.axhline(1.0, color="k", lw=0.5)
+        ax.set_xticks([s["index"] for s in spreads])
+        ax.set_xlabel("regime")
+        ax.set_ylabel("certa / fcfs")
+        ax.set_title(labels[metric], fontsize=9)
+        ax.grid(alpha=0.3)
+    n = len(spreads[0]["per_seed"]) if spreads else 0
+    fig.suptitle(f"certa/fcfs over {n} seeds per regime, early exit for both (SIMULATED); bar: mean, dashed: bound",
+                 fontsize=10)
+    return save_figure(fig, img / "online_slo_reasoning_seeds.png")
 
 
 def _fmt(x: float | None, digits: int = 3) -> str:
@@ -189,6 +249,20 @@ def reasoning_main(args: argparse.Namespace, policies: list[str], argv: list[str
     report = {"benchmark": "online_slo --workload reasoning", "simulator": True,
               "command": "python benchmarks/online_slo.py " + " ".join(sys.argv[1:] if argv is None else argv),
               "table": table, "regimes": results}
+    seeds = 2 if args.quick and args.seeds is None else (10 if args.seeds is None else args.seeds)
+    if seeds > 0:  # the never-worse ratios over seeds, at each regime's fixed rate
+        from certa.simulation.seed_spread import spread_table
+
+        spread_jobs = [(res["index"], res["fixed_rate"], list(range(seeds)), n, args.out, args.resume)
+                       for res in results]
+        if args.jobs > 1:
+            with ProcessPoolExecutor(max_workers=args.jobs) as pool:
+                spreads = list(pool.map(_spread_job, spread_jobs))
+        else:
+            spreads = [_spread_job(job) for job in spread_jobs]
+        report["seed_table"] = spread_table([(s["index"], s) for s in spreads])
+        report["seed_spread"], report["seed_plot"] = spreads, str(plot_seed_spread(spreads, img))
+        print(report["seed_table"])
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / "online_slo_reasoning.json"
     path.write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
@@ -214,6 +288,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--regimes", default="all", help="--workload reasoning: comma-separated regime indices")
     ap.add_argument("--img", type=Path, default=None, help="--workload reasoning: folder for the PNGs (default --out)")
     ap.add_argument("--resume", action="store_true", help="--workload reasoning: reuse regimes already in --out")
+    ap.add_argument("--seeds", type=int, default=None,
+                    help="--workload reasoning: repeat the certa/fcfs never-worse comparison over this many seeds "
+                         "per regime (default 10, --quick 2; 0: skip)")
     args = ap.parse_args(argv)
     policies = [p for p in args.policies.split(",") if p]
     unknown = [p for p in policies if p not in POLICIES]

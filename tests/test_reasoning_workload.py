@@ -142,7 +142,8 @@ def test_regimes_name_existing_files_and_one_tuning_regime():
     assert Regime("x", "a10-r1-distill-qwen-7b", ("nope.jsonl.gz",)).files()[0].name == "nope.jsonl.gz"
 
 
-@pytest.mark.parametrize("module", ["certa.simulation.reasoning_workload", "certa.simulation.regimes"])
+@pytest.mark.parametrize("module", ["certa.simulation.reasoning_workload", "certa.simulation.regimes",
+                                    "certa.simulation.seed_spread"])
 def test_docstring_examples_run(module):
     import doctest
     import importlib
@@ -160,16 +161,36 @@ def test_online_slo_reasoning_writes_the_regime_table_json_and_plot(tmp_path):
     spec = importlib.util.spec_from_file_location("online_slo_bench", path)
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
-    rc = bench.main(["--workload", "reasoning", "--regimes", "6", "--n-programs", "6", "--quick",
+    rc = bench.main(["--workload", "reasoning", "--regimes", "0", "--n-programs", "12", "--quick",
                      "--policies", "fcfs,app-fifo,certa", "--out", str(tmp_path)])
     assert rc == 0
     rep = json.loads((tmp_path / "online_slo_reasoning.json").read_text())
     (res,) = rep["regimes"]
-    assert res["simulator"] and res["preset"]["source"] == "estimate" and res["workload"]["programs"] == 6
+    assert res["simulator"] and res["preset"]["source"] == "estimate" and res["workload"]["programs"] == 12
     assert set(res["modes"]) == {"all", "system"}
     for m in res["modes"].values():
         assert set(m["max_rate"]) == {"fcfs", "app-fifo", "certa"} and "max_rate certa/fcfs" in m["ratios"]
         assert all(len(a) == len(res["rates"]) for a in m["attainment"].values())
         assert m["latency_cdf"]["certa"][-1][1] == 1.0
-    assert res["workload"]["slo_scale"] >= 3.0 and "| 6 |" in rep["table"]
+    assert res["workload"]["slo_scale"] >= 3.0 and "| 0 |" in rep["table"]
     assert Path(res["plot"]).is_file()
+    # --quick repeats the certa/fcfs comparison over 2 seeds; seed 0 is the regime run itself
+    (spread,) = rep["seed_spread"]
+    assert [r["seed"] for r in spread["per_seed"]] == [0, 1] and spread["rate"] == res["fixed_rate"]
+    zero, ratios = spread["per_seed"][0], res["modes"]["all"]["ratios"]
+    assert zero["mean_latency"] != 1.0  # a comparison that can fail
+    assert zero["mean_latency"] == pytest.approx(ratios["mean_latency certa/fcfs"], abs=1e-3)
+    assert zero["throughput"] == pytest.approx(ratios["throughput certa/fcfs"], abs=1e-3)
+    assert zero["throughput_span"] == pytest.approx(ratios["throughput_span certa/fcfs"], abs=1e-3)
+    assert "| 0 |" in rep["seed_table"] and Path(rep["seed_plot"]).is_file()
+    assert (tmp_path / "regime_0_seeds.json").is_file()
+
+
+def test_seed_spread_summary_counts_seeds_outside_the_bound():
+    from certa.simulation.seed_spread import summarize_ratios
+
+    thr = summarize_ratios([0.95, 1.0, 1.05, 0.99], "throughput")
+    assert thr["mean"] == pytest.approx(0.9975) and thr["min"] == 0.95 and thr["outside_bound"] == 1
+    assert thr["ci95"][0] <= thr["mean"] <= thr["ci95"][1]
+    assert summarize_ratios([1.02, 1.04], "mean_latency")["outside_bound"] == 1  # latency: above 1.03 is worse
+    assert "outside_bound" not in summarize_ratios([0.5], "tokens")

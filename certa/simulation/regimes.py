@@ -47,7 +47,8 @@ from certa.simulation.reasoning_workload import (DEV_TRACES, REASONING_DIR, Agre
 from certa.simulation.sweep import GANG, Experiment, SweepSpec, _bisect, _max_rate
 from certa.simulation.workload import ProgramConfig
 
-__all__ = ["POLICIES5", "REGIMES", "Regime", "default_profile", "run_regime"]
+__all__ = ["POLICIES5", "REGIMES", "Regime", "default_profile", "latency_stats", "regime_workload", "run_regime",
+           "throughput_stats"]
 
 POLICIES5 = ["fcfs", "lpm", "app-fifo", "certa-nocd", "certa"]
 PROFILE_TRACES = "gsm8k_dev_qwen2.5-coder-1.5b.jsonl.gz"
@@ -127,13 +128,24 @@ def _below(exp: Experiment, policy: str, lowest: float, scale: float) -> tuple[t
     return (None, False), tried
 
 
-def _latency(records: list) -> dict[str, float]:
+def regime_workload(reg: Regime, problems: list[TraceProblem], *, n_programs: int, seed: int, k: int,
+                    profile: AgreementProfile, max_tokens: int) -> Callable[[float], list]:
+    """The regime's programs at a rate (``rate -> specs``; only arrival times vary with the rate)."""
+    def workload(rate: float) -> list:
+        return reasoning_workload(problems, n=n_programs, rate=rate, seed=seed, mix=reg.mix_dict(),
+                                  arrival=reg.arrival, cv=reg.cv, k=k, profile=profile, max_tokens=max_tokens,
+                                  expand_samples=reg.expand)
+    return workload
+
+
+def latency_stats(records: list) -> dict[str, float]:
+    """Mean, P50 and P90 program latency (s)."""
     lat = [r.latency for r in records]
     return {"mean": round(statistics.fmean(lat), 2), "p50": round(percentile(lat, 50), 2),
             "p90": round(percentile(lat, 90), 2)}
 
 
-def _throughput(records: list) -> dict[str, float]:
+def throughput_stats(records: list) -> dict[str, float]:
     """Programs/s under overload: finished while programs still arrive (the service rate, no
     drain) and over the whole span (includes the drain, where the longest programs run last)."""
     first, last = min(r.arrival for r in records), max(r.arrival for r in records)
@@ -155,11 +167,8 @@ def run_regime(reg: Regime, *, policies: list[str] | None = None, n_programs: in
     prof = profile or default_profile()
     problems: list[TraceProblem] = load_reasoning(reg.files())
 
-    def workload(rate: float) -> list:
-        return reasoning_workload(problems, n=n_programs, rate=rate, seed=seed, mix=reg.mix_dict(),
-                                  arrival=reg.arrival, cv=reg.cv, k=k, profile=prof, max_tokens=cfg.max_tokens,
-                                  expand_samples=reg.expand)
-
+    workload = regime_workload(reg, problems, n_programs=n_programs, seed=seed, k=k, profile=prof,
+                               max_tokens=cfg.max_tokens)
     spec = SweepSpec(preset=reg.preset, policies=pols, n_programs=n_programs, slo_scale=slo_scale, refine=refine,
                      exit_mode="all", seed=seed, program=cfg, rate_scales=[], kv_admission=kv_admission)
     exps = {"all": Experiment(problems, spec, workload)}
@@ -214,12 +223,12 @@ def run_regime(reg: Regime, *, policies: list[str] | None = None, n_programs: in
         m = out["modes"][mode]
         runs = {p: exp.run(p, fixed) for p in pols}
         over = {p: exp.run(p, fixed * overload) for p in pols}
-        m["latency"] = {p: _latency(r.records) for p, r in runs.items()}
+        m["latency"] = {p: latency_stats(r.records) for p, r in runs.items()}
         m["latency_cdf"] = {p: cdf([x.latency for x in r.records], 40) for p, r in runs.items()}
         m["attainment_at_fixed"] = {p: round(exp.attainment(r, scale), 4) for p, r in runs.items()}
         m["tokens_per_program"] = {p: round(statistics.fmean(x.tokens for x in r.records)) for p, r in runs.items()}
         m["preemptions"] = {p: r.stats.preemptions for p, r in runs.items()}
-        m["throughput_overload"] = {p: _throughput(r.records) for p, r in over.items()}
+        m["throughput_overload"] = {p: throughput_stats(r.records) for p, r in over.items()}
         m["ratios"] = _ratios(m)
     return out
 

@@ -589,6 +589,45 @@ def test_requests_past_a_likely_stop_wait_behind_other_work():
     assert CertaSJF().speculative and not CertaSJF(use_certaindex=False).speculative  # certa's default
 
 
+def test_an_engine_queues_a_request_past_a_likely_stop_behind_other_work_until_the_check():
+    """Engines that order their own queue with the policy (the simulator's, the contention backend)
+    stamp each request as it arrives (``SchedulingPolicy.stamp``): one that was past a likely stop
+    then waits behind other programs' requests until its program reaches that check; the branches
+    that decide the stop, stamped before, never are."""
+    pol = CertaSJF(aging=0.0, min_history=3, speculative=True)
+    s = Scheduler(pol, AdmissionLimits(max_requests=8), clock=Clock())
+    for i in range(3):
+        p = ProgramInfo(f"e{i}", 0.0, knob_cap=16)
+        s.register(p)
+        p.knob_used, p.certaindex, p.tokens_per_step, p.est_remaining_tokens = 4, 1.0, 100.0, 0.0
+        s.rekey(p)
+        s.unregister(f"e{i}")  # stopped at 4
+    sure = ProgramInfo("sure", 0.0, knob_cap=16)
+    s.register(sure)
+    deciding = [Ticket(f"sure-eng-{i}", sure, 0.0, seq=i) for i in range(3)]
+    for t in deciding:
+        pol.stamp(t)  # no point yet: needed
+    submit(s, sure, 3)
+    assert len(s.admit()) == 3
+    sure.knob_used, sure.certaindex, sure.tokens_per_step, sure.est_remaining_tokens = 1, 1.0, 100.0, 0.0
+    s.rekey(sure)  # knob 1 with 3 in flight: they reach the check at 4
+    lane = Ticket("sure-eng-3", sure, 0.0, seq=3)
+    pol.stamp(lane)
+    other = ProgramInfo("other", 5.0, knob_cap=16, tokens_per_step=100.0, est_remaining_tokens=5000.0)
+    s.register(other)
+    late = Ticket("other-eng-0", other, 5.0, seq=4)
+    pol.stamp(late)
+    assert lane.past_check == 4 and all(t.past_check is None for t in deciding + [late])
+    assert rids(pol.order([lane, late, *deciding], 0.0)) == [*rids(deciding), "other-eng-0", "sure-eng-3"]
+    sure.knob_used = 4  # it reached the check and goes on: the lane is needed now
+    s.rekey(sure)
+    assert rids(pol.order([lane, late], 0.0)) == ["sure-eng-3", "other-eng-0"]
+    fcfs = SchedulingPolicy()
+    plain = Ticket("x", sure, 0.0)
+    fcfs.stamp(plain)
+    assert plain.past_check is None and not CertaSJF(speculative=False).key(lane, 0.0)[0]
+
+
 def test_limits_are_immutable_and_replacing_them_switches_admission():
     # the ledger reads `unlimited` once per limits object (not per request): limits cannot be
     # edited in place, and assigning new ones takes effect on the next ticket

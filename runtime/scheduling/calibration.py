@@ -18,6 +18,7 @@ Example:
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -130,14 +131,23 @@ class StopCalibration:
         that will stop at 4. (Read at points only, so a key moves only where the Scheduler
         re-keys: a request that ends before its point changes nothing.)
         """
+        return self.past_check(info) is not None
+
+    def past_check(self, info: ProgramInfo) -> int | None:
+        """The check position (a knob value) the program's waiting requests run past when they are
+        :meth:`speculative`, else None."""
         inflight = self._inflight.get(info.program_id, 0)
         if not inflight:
-            return False
+            return None
         n = self.next_check(info.knob_used)
         if n is None and info.est_remaining_tokens is not None and info.tokens_per_step:
             n = info.knob_used + info.est_remaining_tokens / info.tokens_per_step - 1e-9  # the stop policy's
             # own estimate: exactly the next check when it expects a stop there, later otherwise (cold start)
-        if n is None or info.knob_used + inflight < n:
-            return False
+        if n is None or info.knob_used + inflight < n or not self.likely_stop(info):
+            return None
+        return math.ceil(n)
+
+    def likely_stop(self, info: ProgramInfo) -> bool:
+        """Its certaindex's bin stops at a check at least half the time (or is not calibrated yet)."""
         p = self.rate(self.bin(info.certaindex))
         return p is None or p <= 0.5

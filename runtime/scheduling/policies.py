@@ -195,10 +195,19 @@ class CertaSJF(SchedulingPolicy):
 
     def key(self, ticket: Ticket, now: float) -> tuple:
         p = ticket.program
-        # behind all other work, only while it waits for admission (qpos >= 0): an engine ordering
-        # its own queue and preemption victims must not put the program's admitted branches last
-        spec = self.speculative and ticket.qpos >= 0 and self.calibration.speculative(p)
+        if not self.speculative:
+            spec = False
+        elif ticket.qpos >= 0:  # waiting for admission: the program's state now marks all its waiting requests
+            spec = self.calibration.speculative(p)
+        else:  # in an engine's queue or batch: only a request that was past a likely stop when it got
+            # there, until the program reaches that check (its stop-deciding branches are never marked)
+            spec = ticket.past_check is not None and p.knob_used < ticket.past_check and \
+                self.calibration.likely_stop(p)
         return (spec, self.program_key(p), p.arrival, p.program_id, ticket.seq)
+
+    def stamp(self, ticket: Ticket) -> None:
+        if self.speculative:
+            ticket.past_check = self.calibration.past_check(ticket.program)
 
     def priority(self, ticket: Ticket, now: float) -> float:
         # computed once per request, as it is submitted (before admission): the mark is its own

@@ -62,6 +62,7 @@ class Ticket:
     kv_tokens: int | None = None
     qpos: int = field(default=-1, repr=False, compare=False)  # position in the wait queue; -1 = not waiting
     qver: int = field(default=0, repr=False, compare=False)  # bumps when re-keyed (stale heap entries)
+    past_check: int | None = field(default=None, repr=False, compare=False)  # see SchedulingPolicy.stamp
 
     @property
     def kv(self) -> int:
@@ -97,6 +98,11 @@ class SchedulingPolicy:
         """Requests (knob units) the program is expected to still use, in flight included: the
         most a widening policy lets its elastic fan-out run at once."""
         return 0
+
+    def stamp(self, ticket: Ticket) -> None:
+        """Called once by an engine that orders its own queue with this policy, for each request it
+        queues (the ticket carries the scheduler's ProgramInfo): a policy may note the program's
+        state at that moment on the ticket (certa: ``past_check``, a request past a likely stop)."""
 
     def order(self, tickets: Iterable[Ticket], now: float) -> list[Ticket]:
         """Tickets in the order they should run (used by engines forming a batch)."""

@@ -129,6 +129,8 @@ class SimBackend(Backend):
         info = self.scheduler.programs.get(r.pid) if self.scheduler is not None else None
         now = self.engine_time(loop)
         r.ticket = Ticket(rid, info or ProgramInfo(r.pid, arrival=loop.time()), now, seq=next(self._seq))
+        if info is not None:
+            self.engine.policy.stamp(r.ticket)
         fut = loop.create_future()
         self._live[rid] = (r, fut)
         self.engine.add(r, now)

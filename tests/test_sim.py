@@ -357,6 +357,28 @@ def test_kv_admission_scales_only_the_gang_policies_kv_budget(monkeypatch):
         sweep.SweepSpec(kv_admission=0.0).check()
 
 
+def test_the_simulated_engine_stamps_each_request_with_the_schedulers_program_state():
+    from certa.runtime.scheduling.policies import CertaSJF
+
+    class Spy(CertaSJF):
+        def __init__(self) -> None:
+            super().__init__()
+            self.stamped: list[tuple[str, str, int]] = []
+
+        def stamp(self, ticket) -> None:
+            super().stamp(ticket)
+            self.stamped.append((ticket.rid, ticket.program.program_id, ticket.program.knob_used))
+
+    pol = Spy()
+    pre = get_preset("h100-llama-3.1-8b")
+    specs = make_workload(synth_traces(3, seed=0, samples=8), n=3, rate=0.5, seed=0)
+    res = simulate(specs, pol, EngineConfig(pre.kv_capacity), pre.cost, config=ProgramConfig(fanout=2, budget=8))
+    # every request, once, as it reaches the engine (lanes aborted at a stop included: not in `requests`)
+    assert len({rid for rid, _, _ in pol.stamped}) == len(pol.stamped) >= sum(r.requests for r in res.records)
+    assert {pid for _, pid, _ in pol.stamped} == {r.pid for r in res.records}  # the scheduler's ProgramInfo
+    assert any(knob > 0 for _, _, knob in pol.stamped)  # lanes that continue see the program's progress
+
+
 def test_cli_simulate_and_fit(tmp_path):
     from typer.testing import CliRunner
 

@@ -17,9 +17,10 @@ queue, the llama.cpp engine's batch, SGLang priorities and the simulator's queue
   estimate expects to pass soon) is seen to run on; before a program's first point, the
   finished programs' mean steps (capped by its knob cap) rather than the cap.
   Requests past a check where the program will likely stop (``speculative``, on by default)
-  wait behind all other work while they wait for admission; once admitted they are ordered as
-  usual, so an engine ordering its own queue and preemption victims with this policy never puts
-  a program's admitted branches, the ones that decide its stop, behind everyone else's (the
+  wait behind all other work while they wait for admission. In an engine that orders its own
+  queue and preemption victims with this policy the mark is per request (:meth:`CertaSJF.stamp`:
+  noted as the request reaches the engine, held until its program reaches that check), so the
+  program's admitted branches that decide its stop are never put behind everyone else's (the
   per-program mark did until 2026-12-04, which is what made it lose max rate on the KV-limited
   regimes of ``benchmarks/online_slo.py``; docs/scheduling.md). ``widen`` (on) lets elastic
   fan-outs (SC's lanes) add lanes into idle capacity while nobody waits, only for work the
@@ -132,7 +133,8 @@ class CertaSJF(SchedulingPolicy):
         min_history: finished programs (and outcomes per certaindex bin) before history and
             calibration replace the cap and the stop policy's estimate (``certa`` only).
         speculative: queue requests past a likely stop behind all other work while they wait
-            for admission (``certa`` only; see the module docstring).
+            for admission, and in an engine's queue from the moment they reach it (``certa`` only;
+            see the module docstring).
         widen: let elastic fan-outs (SC's lanes) add lanes into idle capacity while nobody
             waits (:meth:`~certa.runtime.scheduling.scheduler.Scheduler.spare`), as far as
             :meth:`wanted_requests` allows (``certa`` only: it reads the stop calibration).
@@ -206,6 +208,7 @@ class CertaSJF(SchedulingPolicy):
         return (spec, self.program_key(p), p.arrival, p.program_id, ticket.seq)
 
     def stamp(self, ticket: Ticket) -> None:
+        """Note on an engine's ticket the check its request runs past, if it is speculative now."""
         if self.speculative:
             ticket.past_check = self.calibration.past_check(ticket.program)
 

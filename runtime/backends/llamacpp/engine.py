@@ -137,12 +137,13 @@ class LlamaEngine:
         """
         sched, now = self.scheduler, self.clock()
         if sched is not None:
-            admitted = sched.lookup(rid)
-            if admitted is not None:
-                return admitted, True
+            t = sched.lookup(rid)
             info = sched.programs.get(program_id)
-            if info is not None:
-                return sched.ticket(rid, info, est_tokens, prefix_hint), True
+            if t is None and info is not None:
+                t = sched.ticket(rid, info, est_tokens, prefix_hint)
+            if t is not None:
+                sched.policy.stamp(t)  # the batch orders it from here: the policy notes the program's state
+                return t, True
         return Ticket(rid, ProgramInfo(program_id or rid, arrival=now), enqueued=now, est_tokens=est_tokens,
                       prefix_hint=prefix_hint, seq=next(self._seq)), False
 

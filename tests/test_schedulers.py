@@ -552,11 +552,9 @@ def test_stop_calibration_learns_that_programs_hovering_below_the_threshold_cont
     assert rids(pol.order(ts, 0.0)) == ["fresh-0", "hover-0"]  # uncalibrated, 470 < 1000 put hover first
 
 
-def test_requests_past_a_likely_stop_wait_behind_other_work():
-    """An SC lane starting branch 5 while branches 2-4 run, in a program that will stop at 4,
-    is probably wasted: with ``speculative=True`` it waits until nothing else does (then it may run)."""
-    pol = CertaSJF(aging=0.0, min_history=3, speculative=True)
-    s = Scheduler(pol, AdmissionLimits(max_requests=4), clock=Clock())
+def _calibrated_to_stop_at_4(s: Scheduler) -> ProgramInfo:
+    """Three programs stop at knob 4 with certaindex 1.0 (calibration: 4 is a check where that bin
+    stops); returns a fourth, ``sure``, registered and not started."""
     for i in range(3):
         p = ProgramInfo(f"e{i}", 0.0, knob_cap=16)
         s.register(p)
@@ -565,6 +563,15 @@ def test_requests_past_a_likely_stop_wait_behind_other_work():
         s.unregister(f"e{i}")  # stopped at 4
     sure = ProgramInfo("sure", 0.0, knob_cap=16)
     s.register(sure)
+    return sure
+
+
+def test_requests_past_a_likely_stop_wait_behind_other_work():
+    """An SC lane starting branch 5 while branches 2-4 run, in a program that will stop at 4,
+    is probably wasted: with ``speculative=True`` it waits until nothing else does (then it may run)."""
+    pol = CertaSJF(aging=0.0, min_history=3, speculative=True)
+    s = Scheduler(pol, AdmissionLimits(max_requests=4), clock=Clock())
+    sure = _calibrated_to_stop_at_4(s)
     running = submit(s, sure, 3)
     assert s.admit() == running
     sure.knob_used, sure.certaindex, sure.tokens_per_step, sure.est_remaining_tokens = 1, 1.0, 100.0, 0.0
@@ -596,14 +603,7 @@ def test_an_engine_queues_a_request_past_a_likely_stop_behind_other_work_until_t
     that decide the stop, stamped before, never are."""
     pol = CertaSJF(aging=0.0, min_history=3, speculative=True)
     s = Scheduler(pol, AdmissionLimits(max_requests=8), clock=Clock())
-    for i in range(3):
-        p = ProgramInfo(f"e{i}", 0.0, knob_cap=16)
-        s.register(p)
-        p.knob_used, p.certaindex, p.tokens_per_step, p.est_remaining_tokens = 4, 1.0, 100.0, 0.0
-        s.rekey(p)
-        s.unregister(f"e{i}")  # stopped at 4
-    sure = ProgramInfo("sure", 0.0, knob_cap=16)
-    s.register(sure)
+    sure = _calibrated_to_stop_at_4(s)
     deciding = [Ticket(f"sure-eng-{i}", sure, 0.0, seq=i) for i in range(3)]
     for t in deciding:
         pol.stamp(t)  # no point yet: needed

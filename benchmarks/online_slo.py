@@ -71,6 +71,14 @@ def _section(job: tuple) -> dict:
     return res
 
 
+def _map(fn, jobs: list, processes: int) -> list:
+    """``[fn(job) for job in jobs]``, in ``processes`` worker processes when more than one."""
+    if processes > 1:
+        with ProcessPoolExecutor(max_workers=processes) as pool:
+            return list(pool.map(fn, jobs))
+    return [fn(job) for job in jobs]
+
+
 def _regime_job(job: tuple) -> dict:
     """One regime of ``--workload reasoning`` (run in a worker process with ``--jobs``)."""
     from certa.simulation.regimes import REGIMES, run_regime
@@ -104,7 +112,7 @@ def _spread_job(job: tuple) -> dict:
         done = json.loads(part.read_text(encoding="utf-8"))
         if done.get("key") == key:
             return done
-    res = seed_spread(REGIMES[i], rate=rate, seeds=seeds, n_programs=n, kv_admission=key["kv_admission"],
+    res = seed_spread(REGIMES[i], rate=rate, seeds=seeds, n_programs=n,
                       progress=lambda msg: print(msg, file=sys.stderr, flush=True))
     res["index"], res["key"] = i, key
     out.mkdir(parents=True, exist_ok=True)
@@ -236,11 +244,7 @@ def reasoning_main(args: argparse.Namespace, policies: list[str], argv: list[str
     n = args.n_programs or (60 if args.quick else 100)
     refine = 2 if args.quick else 3
     jobs = [(i, policies, n, refine, args.slo_scale, args.seed, args.out, args.resume) for i in picks]
-    if args.jobs > 1:
-        with ProcessPoolExecutor(max_workers=args.jobs) as pool:
-            results = list(pool.map(_regime_job, jobs))
-    else:
-        results = [_regime_job(job) for job in jobs]
+    results = _map(_regime_job, jobs, args.jobs)
     img = args.img or args.out
     for res in results:
         res["plot"] = str(plot_regime(res, img))
@@ -255,11 +259,7 @@ def reasoning_main(args: argparse.Namespace, policies: list[str], argv: list[str
 
         spread_jobs = [(res["index"], res["fixed_rate"], list(range(seeds)), n, args.out, args.resume)
                        for res in results]
-        if args.jobs > 1:
-            with ProcessPoolExecutor(max_workers=args.jobs) as pool:
-                spreads = list(pool.map(_spread_job, spread_jobs))
-        else:
-            spreads = [_spread_job(job) for job in spread_jobs]
+        spreads = _map(_spread_job, spread_jobs, args.jobs)
         report["seed_table"] = spread_table([(s["index"], s) for s in spreads])
         report["seed_spread"], report["seed_plot"] = spreads, str(plot_seed_spread(spreads, img))
         print(report["seed_table"])
@@ -309,11 +309,7 @@ def main(argv: list[str] | None = None) -> int:
     report: dict = {"benchmark": "online_slo", "simulator": True,
                     "command": "python benchmarks/online_slo.py " + " ".join(sys.argv[1:] if argv is None else argv)}
     try:
-        if args.jobs > 1:
-            with ProcessPoolExecutor(max_workers=args.jobs) as pool:
-                results = list(pool.map(_section, jobs))
-        else:
-            results = [_section(job) for job in jobs]
+        results = _map(_section, jobs, args.jobs)
     except CertaError as exc:  # e.g. a malformed --workload file (TraceFormatError)
         print(f"error {exc}", file=sys.stderr)
         return 2

@@ -47,10 +47,12 @@ from certa.simulation.reasoning_workload import (DEV_TRACES, REASONING_DIR, Agre
 from certa.simulation.sweep import GANG, Experiment, SweepSpec, _bisect, _max_rate
 from certa.simulation.workload import ProgramConfig
 
-__all__ = ["POLICIES5", "REGIMES", "Regime", "default_profile", "latency_stats", "regime_workload", "run_regime",
+__all__ = ["POLICIES5", "REGIMES", "REGIME_PROGRAM", "Regime", "default_profile", "latency_stats", "regime_workload", "run_regime",
            "throughput_stats"]
 
 POLICIES5 = ["fcfs", "lpm", "app-fifo", "certa-nocd", "certa"]
+REGIME_PROGRAM = ProgramConfig(max_tokens=32768, interval=128)
+"""The programs' settings in every regime: reasoning chains up to 32k tokens, CoT probed every 128."""
 PROFILE_TRACES = "gsm8k_dev_qwen2.5-coder-1.5b.jsonl.gz"
 
 
@@ -163,7 +165,7 @@ def run_regime(reg: Regime, *, policies: list[str] | None = None, n_programs: in
     """Measure one regime (see the module docstring); returns a JSON-ready dict."""
     pols = policies or POLICIES5
     say = progress or (lambda msg: None)
-    cfg = program or ProgramConfig(max_tokens=32768, interval=128)
+    cfg = program or REGIME_PROGRAM
     prof = profile or default_profile()
     problems: list[TraceProblem] = load_reasoning(reg.files())
 

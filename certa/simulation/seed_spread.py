@@ -26,7 +26,8 @@ import numpy as np
 
 from certa.eval.evalstats import bootstrap_ci
 from certa.simulation.reasoning_workload import AgreementProfile, load_reasoning
-from certa.simulation.regimes import Regime, default_profile, latency_stats, regime_workload, throughput_stats
+from certa.simulation.regimes import (REGIME_PROGRAM, Regime, default_profile, latency_stats, regime_workload,
+                                     run_regime, throughput_stats)
 from certa.simulation.sweep import Experiment, SweepSpec
 from certa.simulation.workload import ProgramConfig
 
@@ -58,18 +59,22 @@ def summarize_ratios(values: list[float], metric: str, *, seed: int = 0) -> dict
 
 
 def seed_spread(reg: Regime, *, rate: float, seeds: Iterable[int] = range(10), policy: str = "certa",
-                baseline: str = "fcfs", n_programs: int = 100, overload: float = 3.0, k: int = 16,
-                kv_admission: float = 2.0, program: ProgramConfig | None = None,
+                baseline: str = "fcfs", n_programs: int = 100, overload: float | None = None, k: int | None = None,
+                kv_admission: float | None = None, program: ProgramConfig | None = None,
                 profile: AgreementProfile | None = None,
                 progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """``policy``/``baseline`` ratios of one regime at ``rate`` (and ``overload`` × it), per seed and summarized.
 
-    Same workload construction, admission limits (``kv_admission``) and program settings as
-    :func:`~certa.simulation.regimes.run_regime`, with early exit for both policies; returns a
-    JSON-ready dict (``per_seed`` rows and ``summary`` per :data:`METRICS`).
+    Same workload construction, admission limits (``kv_admission``), overload and program settings
+    as :func:`~certa.simulation.regimes.run_regime` (its defaults where not given), with early exit
+    for both policies; returns a JSON-ready dict (``per_seed`` rows and ``summary`` per :data:`METRICS`).
     """
     say = progress or (lambda msg: None)
-    cfg = program or ProgramConfig(max_tokens=32768, interval=128)
+    defaults = run_regime.__kwdefaults__
+    overload = defaults["overload"] if overload is None else overload
+    k = defaults["k"] if k is None else k
+    kv_admission = defaults["kv_admission"] if kv_admission is None else kv_admission
+    cfg = program or REGIME_PROGRAM
     prof = profile or default_profile()
     problems = load_reasoning(reg.files())
     rows: list[dict[str, Any]] = []

@@ -151,3 +151,42 @@ def test_statements_of_a_growing_chain_do_not_depend_on_what_was_read_before():
         for i in order:
             assert statements(chain[:i], dataset="gsm8k", question=q) == fresh(i), i
     assert committed_answer("So the answer is 1.", dataset="gsm8k", question=q) == ""  # may still be "1.5"
+
+
+def _text_probe_chain(idx: int, gold: str, pred: str, answers: list[str]) -> dict:
+    text = "x" * 8 * (len(answers) + 1)
+    probes = [{"at": 8 * (i + 1), "answer": a, "chars": 8 * (i + 1), "tokens": 0, "prompt_tokens": 0,
+               "kind": "text"} for i, a in enumerate(answers)]
+    return {"idx": idx, "gold": gold, "interval": 8, "dataset": "gsm8k", "samples": [{
+        "tokens": 8 * (len(answers) + 1), "finished": True, "pred": pred, "correct": pred == gold, "text": text,
+        "probes": probes}]}
+
+
+def test_reasoning_headroom_bounds_on_known_chains():
+    """The hindsight bounds of benchmarks/reasoning_headroom.py on two hand-made chains: one that
+    commits to 18, leaves it for 9 and comes back (reopened), one that ends wrong."""
+    import importlib.util
+    import json
+    from certa.eval.traces import parse_trace_line
+    bench = Path(__file__).resolve().parents[1] / "benchmarks" / "reasoning_headroom.py"
+    spec = importlib.util.spec_from_file_location("reasoning_headroom_bench", bench)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    problems = [parse_trace_line(json.dumps(_text_probe_chain(0, "18", "18", ["", "18", "9", "18", "18"]))),
+                parse_trace_line(json.dumps(_text_probe_chain(1, "5", "7", ["7", "7", "7", "7", "7"])))]
+    rep = Replayer(problems, "cot")
+    a, b = (module.Chain(p, rep, 48.0, float(p.samples[0].correct)) for p in problems)  # the default: full chains
+    assert a.settled() == (32 + 3, 1.0) and b.settled() == (8 + 2, 0.0)  # "18}" 3 tokens, "7}" 2
+    assert a.reopened() is True and b.reopened() is False
+    assert a.hold(8) == (40 + 3, 1.0)  # 18 again from 32, held 8 tokens at 40
+    assert a.capped(30) == (32 + 3, 1.0) and a.capped(60) == (48.0, 1.0)
+    last_not_final = parse_trace_line(json.dumps(_text_probe_chain(2, "18", "18", ["18", "18", "9", "9", "9"])))
+    c = module.Chain(last_not_final, Replayer([last_not_final], "cot"), 48.0, 1.0)
+    assert c.settled() == (48.0, 1.0) and c.reopened() is True  # never settles on its final answer: no exit
+    h = module.headroom(problems, reps=50)
+    assert h["full_chain"] == {"accuracy": 0.5, "tokens": 48.0} and h["reopened_share"] == 0.5
+    assert h["oracle_first_final"]["token_ratio"] == round((16 + 3 + 8 + 2) / 96, 4)
+    assert h["oracle_settled"]["token_ratio"] == round((35 + 10) / 96, 4)
+    assert h["oracle_give_up"]["token_ratio"] == round((19 + 10) / 96, 4)  # the wrong chain exits at its first probe
+    assert all(r["accuracy_delta_pt"] == 0.0 for r in (h["oracle_first_final"], h["oracle_settled"]))
+    assert h["wrong_chain_token_share"] == 0.5

@@ -47,9 +47,9 @@ FEATURES: tuple[str, ...] = (
 """The feature names of :func:`final_features`, in order."""
 
 FINAL_WEIGHTS: tuple[float, ...] = (
-    0.9063, 1.9496, 0.9278, 1.2985, -0.4475, -0.0938, -0.225, 0.186, -0.0531, 0.2099, 0.2559, 0.9374, -0.2748,
-    -0.3805, -0.7294, 0.9718, 0.0577, 1.6705, -0.0474, 0.3381, 0.3616)
-FINAL_BIAS = -4.0575
+    0.8672, 1.8769, 0.8395, 1.4666, -0.3844, -0.046, -0.2672, 0.1389, -0.0557, 0.2718, 0.2285, 0.886, -0.2559,
+    -0.4026, -0.6634, 1.0502, -0.11, 1.654, -0.0651, 0.2937, 0.386)
+FINAL_BIAS = -4.0362
 FINAL_THRESHOLD = 0.93
 """The logistic model fitted on the three GSM8K reasoning dev files (Qwen3-0.6B, Phi-4-mini-
 reasoning, R1-Distill-Llama-8B; ``benchmarks/reasoning_final.py``) and the threshold chosen on

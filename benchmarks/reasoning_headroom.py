@@ -42,6 +42,7 @@ from certa.eval.cot_grid import forced_answer_oracle, forced_answer_run
 from certa.eval.replay_backend import estimate_probe_tokens
 from certa.eval.replay_eval import Replayer
 from certa.eval.traces import TraceProblem, load_traces
+from certa.runtime.errors import ConfigError
 from certa.runtime.policy import Threshold
 
 HOLDS = (256, 512, 1024, 2048, 4096)
@@ -111,7 +112,11 @@ def summarize(tokens: np.ndarray, ok: np.ndarray, full_tokens: np.ndarray, full_
 
 
 def headroom(problems: list[TraceProblem], *, reps: int = 1000, seed: int = 0) -> dict[str, Any]:
-    """Every bound and rule family above, on one file's problems."""
+    """Every bound and rule family above, on one file's problems (one chain each, as imported)."""
+    several = [p.idx for p in problems if len(p.samples) != 1]
+    if several:
+        raise ConfigError(f"reasoning_headroom reads one chain per problem; {len(several)} problems have "
+                          f"another count (first: idx {several[0]})", hint="import one sample per problem")
     rep = Replayer(problems, "cot")
     default = forced_answer_run(rep, Threshold(1.0, detect_at=1, every=1), k=1, interval=TEXT_INTERVAL,
                                 signal=text_signal())

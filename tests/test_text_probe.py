@@ -190,3 +190,7 @@ def test_reasoning_headroom_bounds_on_known_chains():
     assert h["oracle_give_up"]["token_ratio"] == round((19 + 10) / 96, 4)  # the wrong chain exits at its first probe
     assert all(r["accuracy_delta_pt"] == 0.0 for r in (h["oracle_first_final"], h["oracle_settled"]))
     assert h["wrong_chain_token_share"] == 0.5
+    two = _text_probe_chain(3, "18", "18", ["18"])
+    two["samples"] *= 2
+    with pytest.raises(ConfigError, match="one chain per problem"):
+        module.headroom([parse_trace_line(json.dumps(two))])

@@ -39,6 +39,7 @@ from certa.algorithms.answers.equivalence import math_equal
 from certa.algorithms.programs.cot_probe import TEXT_INTERVAL, text_signal
 from certa.eval.calibration import split_problems
 from certa.eval.cot_grid import forced_answer_oracle, forced_answer_run
+from certa.eval.evalstats import bootstrap_ci
 from certa.eval.replay_backend import estimate_probe_tokens
 from certa.eval.replay_eval import Replayer
 from certa.eval.traces import TraceProblem, load_traces
@@ -101,14 +102,13 @@ class Chain:
 
 def summarize(tokens: np.ndarray, ok: np.ndarray, full_tokens: np.ndarray, full_ok: np.ndarray,
               reps: int, seed: int) -> dict[str, Any]:
-    """Token ratio and accuracy delta vs full chains, with paired bootstrap 95% CIs."""
-    rows = np.random.default_rng(seed).integers(0, len(tokens), size=(reps, len(tokens)))
-    ratio_b = tokens[rows].mean(axis=1) / full_tokens[rows].mean(axis=1)
-    delta_b = (ok[rows].mean(axis=1) - full_ok[rows].mean(axis=1)) * 100
+    """Token ratio and accuracy delta vs full chains, with paired bootstrap 95% CIs (same resamples)."""
+    ratio_ci = bootstrap_ci(lambda r: tokens[r].mean() / full_tokens[r].mean(), len(tokens), reps=reps, seed=seed)
+    delta_ci = bootstrap_ci(lambda r: (ok[r].mean() - full_ok[r].mean()) * 100, len(tokens), reps=reps, seed=seed)
     return {"token_ratio": round(float(tokens.mean() / full_tokens.mean()), 4),
             "accuracy_delta_pt": round(float((ok.mean() - full_ok.mean()) * 100), 2),
-            "ci95": {"token_ratio": [round(float(v), 4) for v in np.percentile(ratio_b, [2.5, 97.5])],
-                     "accuracy_delta_pt": [round(float(v), 2) for v in np.percentile(delta_b, [2.5, 97.5])]}}
+            "ci95": {"token_ratio": [round(v, 4) for v in ratio_ci],
+                     "accuracy_delta_pt": [round(v, 2) for v in delta_ci]}}
 
 
 def headroom(problems: list[TraceProblem], *, reps: int = 1000, seed: int = 0) -> dict[str, Any]:

@@ -234,10 +234,9 @@ class Scheduler:
         ``widen`` (else 0): while nobody waits, the free room less ``keep``, and no more than the
         policy expects the program to still use (``wanted_requests``). What an elastic fan-out may
         run (``Graph.step(elastic=True)``)."""
-        q = self._waiting
-        if not q.policy.widen or q._items or self.ledger.unlimited:
+        if not self.policy.widen or len(self._waiting) or self.ledger.unlimited:
             return 0
-        return max(0, min(self.ledger.room() - keep, q.policy.wanted_requests(info) - info.inflight))
+        return max(0, min(self.ledger.room() - keep, self.policy.wanted_requests(info) - info.inflight))
 
     # ---- async path (the Runtime) ---------------------------------------------------
     def admit_now(self, t: Ticket) -> bool:

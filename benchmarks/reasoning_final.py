@@ -80,7 +80,7 @@ def chain_rows(path: Path) -> list[dict[str, Any]]:
                            "label": bool(cand and smp.pred and math_equal(cand, smp.pred)),
                            "right": bool(cand and grade(cand, str(prob.gold), ds)),
                            "cost": p.at + estimate_probe_tokens(cand),
-                           "default": value is not None and (not cand or text_signals._same(cand, value))})
+                           "default": value is not None and (not cand or text_signals.same_answer(cand, value))})
         mention = next((m.end() for m in _NUM.finditer(smp.text) if smp.pred and m.group(0).replace(",", "") ==
                         smp.pred.replace(",", "")), None)
         out.append({"tokens": smp.tokens, "correct": bool(smp.correct), "probes": probes, "latest_number_exit": latest_hit,

@@ -11,7 +11,8 @@ import importlib
 import pytest
 
 MODULES = ["certa.algorithms.answers.extract", "certa.algorithms.answers.equivalence",
-           "certa.algorithms.answers.clustering", "certa.algorithms.signals.multipath", "certa.algorithms.prompts"]
+           "certa.algorithms.answers.clustering", "certa.algorithms.signals.multipath", "certa.algorithms.prompts",
+           "certa.algorithms.signals.text", "certa.algorithms.signals.reasoning", "certa.algorithms.signals.cot"]
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -97,7 +97,7 @@ def test_cot_signal_kinds_resolve_without_importing_their_module_first():
             "print(type(signal_from_dict({'kind': 'committed', 'confirm': 2})).__name__)")
     assert _stdout_of_fresh_python(code) == "Committed"
     for kind in COT_SIGNALS:
-        if kind != "all":
+        if kind not in ("all", "any"):  # compositions need parts
             assert COT_SIGNALS.get(kind).kind == kind
             assert signal_from_dict(COT_SIGNALS.make(kind).to_dict()).kind == kind
 

@@ -48,7 +48,7 @@ from certa.runtime.registry import Registry
 
 from certa.algorithms.signals.multipath import HESITATION_WORDS, ProbeObs, has_hesitation, probe_consistency
 
-__all__ = ["AllOf", "COT_SIGNALS", "ChainView", "Confident", "CoTSignal", "Grounded", "MAIN_TEXT_HESITATION",
+__all__ = ["AllOf", "AnyOf", "COT_SIGNALS", "ChainView", "Confident", "CoTSignal", "Grounded", "MAIN_TEXT_HESITATION",
            "ProbeAgreement", "Progress", "Settled", "answer_probability", "signal_from_dict"]
 
 MAIN_TEXT_HESITATION: tuple[str, ...] = ("wait", "hmm", "hold on", "actually", "mistake", "re-evaluate",
@@ -70,6 +70,7 @@ class CoTSignal:
 
     kind: ClassVar[str] = ""
     window: int = 1  # probes the signal looks back over
+    reads_probes: ClassVar[bool] = True  # False: reads the chain's text only (a probe cannot change it)
 
     def __call__(self, view: ChainView) -> float:
         raise NotImplementedError
@@ -84,10 +85,15 @@ class CoTSignal:
         """Probe fields this signal reads beyond ``answer``/``text`` (e.g. ``logprobs``)."""
         return frozenset()
 
-    def probe_due(self, new_text: str) -> bool:
+    def probe_due(self, new_text: str, view: ChainView | None = None) -> bool:
         """Whether a probe now could change anything, given the chain text written since the
-        last probe (event-triggered probing: a signal that needs new evidence says no)."""
+        last probe and (when given) the chain so far, its probes before this one (event-triggered
+        probing: a signal that needs new evidence says no)."""
         return True
+
+    def answer(self, view: ChainView) -> str | None:
+        """The answer this signal vouches for when it reads 1.0 (default: the latest probe's)."""
+        return view.probes[-1].answer if view.probes else None
 
     def to_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, **{k: v for k, v in vars(self).items()}}
@@ -170,7 +176,7 @@ class Grounded(CoTSignal):
         if self.mode not in ("computed", "stated"):
             raise ConfigError(f"unknown grounding mode {self.mode!r}", hint="computed or stated")
 
-    def probe_due(self, new_text: str) -> bool:
+    def probe_due(self, new_text: str, view: ChainView | None = None) -> bool:
         """Only once the chain has written a new result: an ``=`` or output block (or "answer
         is", when stated) followed by a value. An anchor whose value is not written yet is not
         due; the caller keeps the text since the last probe, so the next chunk completes it."""
@@ -277,8 +283,16 @@ class AllOf(CoTSignal):
     def needs(self) -> frozenset[str]:  # type: ignore[override]
         return frozenset().union(*(p.needs for p in self.parts))
 
-    def probe_due(self, new_text: str) -> bool:
-        return all(p.probe_due(new_text) for p in self.parts)
+    @property
+    def reads_probes(self) -> bool:  # type: ignore[override]
+        return any(p.reads_probes for p in self.parts)
+
+    def probe_due(self, new_text: str, view: ChainView | None = None) -> bool:
+        return all(p.probe_due(new_text, view) for p in self.parts)
+
+    def for_problem(self, question: str, dataset: str | None = None) -> "AllOf":
+        """This rule with every problem-bound part (a text reader) bound to one problem."""
+        return type(self)(*(_bind(p, question, dataset) for p in self.parts))
 
     def __call__(self, view: ChainView) -> float:
         out = 1.0
@@ -291,11 +305,50 @@ class AllOf(CoTSignal):
     def to_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, "parts": [p.to_dict() for p in self.parts]}
 
+    def answer(self, view: ChainView) -> str | None:
+        """The first part's answer (put the part whose answer should be returned first)."""
+        return self.parts[0].answer(view)
+
+
+@dataclass(frozen=True, init=False)
+class AnyOf(AllOf):
+    """OR of signals: the maximum of their values. A probe is due when a part that reads probes
+    wants one; :meth:`answer` is the answer of the first part that reads 1.0."""
+
+    kind: ClassVar[str] = "any"
+
+    def probe_due(self, new_text: str, view: ChainView | None = None) -> bool:
+        return any(p.probe_due(new_text, view) for p in self.parts if p.reads_probes)
+
+    @property
+    def min_tokens(self) -> int:  # type: ignore[override]
+        return min(p.min_tokens for p in self.parts)
+
+    def __call__(self, view: ChainView) -> float:
+        out = 0.0
+        for p in self.parts:
+            out = max(out, p(view))
+            if out >= 1.0:
+                return 1.0
+        return out
+
+    def answer(self, view: ChainView) -> str | None:
+        return next((p.answer(view) for p in self.parts if p(view) >= 1.0), super().answer(view))
+
+
+def _bind(signal: CoTSignal, question: str, dataset: str | None) -> CoTSignal:
+    bind = getattr(signal, "for_problem", None)
+    return bind(question, dataset) if callable(bind) else signal
+
 
 COT_SIGNALS: Registry[CoTSignal] = Registry("CoT signal kind")
 """Every CoT signal by ``kind`` (what ``to_dict`` writes); :func:`signal_from_dict` rebuilds from it."""
-for _cls in (ProbeAgreement, Grounded, Confident, Progress, Settled, AllOf):
+for _cls in (ProbeAgreement, Grounded, Confident, Progress, Settled, AllOf, AnyOf):
     COT_SIGNALS.register(_cls.kind, _cls)  # help: the class docstring's first paragraph
+for _kind, _name, _help in (("boxed", "Boxed", "the chain's thinking holds its boxed answer (text only)"),
+                            ("stated", "TextAgrees", "the latest probe names the chain's committed answer"),
+                            ("vote", "ProbeVote", "the latest probe holds a share of the probes of the last span")):
+    COT_SIGNALS.register(_kind, f"certa.algorithms.signals.reasoning:{_name}", help=_help)
 COT_SIGNALS.register("committed", "certa.algorithms.signals.text:Committed",
                      help="the chain's text has committed to its answer (a text probe: no decode tokens)")
 COT_SIGNALS.register("final", "certa.algorithms.signals.final:FinalAnswer",
@@ -307,8 +360,8 @@ def signal_from_dict(spec: dict[str, Any]) -> CoTSignal:
     if not isinstance(spec, dict) or "kind" not in spec:
         raise ConfigError(f"a CoT signal spec is a dict with a 'kind', got {spec!r}")
     kind, args = spec["kind"], {k: v for k, v in spec.items() if k != "kind"}
-    if kind == AllOf.kind:
-        return AllOf(*(signal_from_dict(p) for p in args.get("parts", [])))
+    if kind in (AllOf.kind, AnyOf.kind):
+        return (AllOf if kind == AllOf.kind else AnyOf)(*(signal_from_dict(p) for p in args.get("parts", [])))
     cls = COT_SIGNALS.get(kind)
     try:
         return cls(**args)

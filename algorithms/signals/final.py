@@ -80,7 +80,7 @@ def final_features(text: str, question: str, dataset: str) -> tuple[str | None, 
         return None, [0.0] * len(FEATURES)
     last = found[-1]
     value = last.value
-    same = [_text._same(st.value, value) for st in found]
+    same = [_text.same_answer(st.value, value) for st in found]
     run = 0
     for s in reversed(same):
         if not s:
@@ -91,7 +91,7 @@ def final_features(text: str, question: str, dataset: str) -> tuple[str | None, 
     recent = text[-200:]
     doubt = len(_text._DOUBT.findall(tail))
     results = [_num(r) for r in _text._RESULT.findall(tail)]
-    other = [r for r in results if not _text._same(r, value)]
+    other = [r for r in results if not _text.same_answer(r, value)]
     nums = [_num(n) for n in _NUM.findall(tail)]
     qnums = {_num(n) for n in _NUM.findall(question)}
     plain = _num(value.replace("\\%", "").rstrip("%"))
@@ -103,7 +103,7 @@ def final_features(text: str, question: str, dataset: str) -> tuple[str | None, 
         float(last.kind == "boxed"), float(last.kind == "answer"), _log(run), _log(sum(same)),
         _log(len({st.value for st in found})), _log((len(text) - last.end) / 100), _log((len(text) - first.end) / 100),
         _log(doubt), float(bool(_text._DOUBT.search(recent))), _log(len(_CHECK.findall(tail))), _log(len(other)),
-        float(bool(results) and _text._same(results[-1], value)), _log(mentions), _log(len(fresh)),
+        float(bool(results) and _text.same_answer(results[-1], value)), _log(mentions), _log(len(fresh)),
         float(plain in qnums), float(_text._fits(value, dataset, question)),
         float(_text._names_quantity(sentence, _text.asked_quantity(question) if question else frozenset())),
         used, _log(len(text) / 1000), float(any(st.kind != "conclude" for st in found)),
@@ -154,4 +154,4 @@ class FinalAnswer(CoTSignal):
         value, p = self.probability(view.text)
         if value is None or p < self.threshold:
             return 0.0
-        return float(not view.probes or not view.probes[-1].answer or _text._same(view.probes[-1].answer, value))
+        return float(not view.probes or not view.probes[-1].answer or _text.same_answer(view.probes[-1].answer, value))

@@ -29,7 +29,7 @@ Example:
     >>> [(s.kind, s.value) for s in statements(t, question=q)]
     [('conclude', '18')]
     >>> rule = Committed(confirm=1, quiet=0, question=q)
-    >>> rule(ChainView([], t, 60)), rule(ChainView([], t + "So the answer is 18.", 70))
+    >>> rule(ChainView([], t, 60)), rule(ChainView([], t + "So the answer is 18.\n", 70))
     (0.0, 1.0)
 """
 
@@ -46,7 +46,8 @@ from certa.algorithms.answers.equivalence import math_equal
 from certa.algorithms.answers.extract import NUMERIC_DATASETS, canonical_dataset
 from certa.algorithms.signals.cot import AllOf, ChainView, CoTSignal
 
-__all__ = ["Committed", "DOUBT_WORDS", "Statement", "asked_quantity", "committed_answer", "for_problem", "statements"]
+__all__ = ["Committed", "DOUBT_WORDS", "Statement", "asked_quantity", "committed_answer", "for_problem", "same_answer",
+           "statements"]
 
 DOUBT_WORDS: tuple[str, ...] = ("wait", "hmm", "hold on", "actually", "double-check", "double check", "recheck",
                                 "re-check", "let me check", "let me verify", "let me recheck", "mistake",
@@ -212,22 +213,25 @@ def _scan(text: str, dataset: str, question: str) -> list[Statement]:
 class _Chains:
     """Statements per chain: a prefix of a text seen before reuses its statements (replay
     cuts chains at many positions), so such a probe costs a prefix comparison, not a rescan;
-    a text that extends it is rescanned, so the result never depends on what was seen first."""
+    a text that extends it is rescanned, so the result never depends on what was seen first.
+    Chains that open alike (several samples of one question) keep their own entries."""
 
-    def __init__(self, size: int = 4096) -> None:
-        self.size, self.seen = size, {}
+    def __init__(self, size: int = 4096, per_key: int = 16) -> None:
+        self.size, self.per_key, self.seen = size, per_key, {}
 
     def get(self, text: str, dataset: str, question: str) -> list[Statement]:
         key = (text[:256], dataset, question)
-        hit = self.seen.get(key)
-        if hit is not None and len(hit[0]) >= len(text) and hit[0].startswith(text):
-            return [s for s in hit[1] if s.done <= len(text)]
+        entries: list[tuple[str, list[Statement]]] = self.seen.get(key, [])
+        for seen_text, found in entries:
+            if len(seen_text) >= len(text) and seen_text.startswith(text):
+                return found if len(seen_text) == len(text) else [s for s in found if s.done <= len(text)]
         # a longer text is scanned whole: rescanning only its end (from a line break) missed
         # statements that span the cut and depended on which prefix was seen first
         found = _scan(text, dataset, question)
-        if len(self.seen) >= self.size:
+        if key not in self.seen and len(self.seen) >= self.size:
             self.seen.pop(next(iter(self.seen)))
-        self.seen[key] = (text, found)
+        kept = [e for e in entries if not text.startswith(e[0])]  # a prefix of this text is covered by it now
+        self.seen[key] = [(text, found), *kept][:self.per_key]
         return found
 
 
@@ -243,7 +247,7 @@ def statements(text: str, *, dataset: str = "math", question: str = "",
 def committed_answer(text: str, *, dataset: str = "math", question: str = "") -> str:
     """The value of the chain's latest answer statement ("" when it has stated none).
 
-    >>> committed_answer("so x = 4. Then 2 + 2 = 4. Thus the answer is 5.")
+    >>> committed_answer("so x = 4. Then 2 + 2 = 4. Thus the answer is 5.\\n")
     '5'
     """
     found = statements(text, dataset=dataset, question=question)
@@ -251,8 +255,14 @@ def committed_answer(text: str, *, dataset: str = "math", question: str = "") ->
 
 
 @functools.lru_cache(maxsize=65536)
-def _same(a: str, b: str) -> bool:
+def same_answer(a: str, b: str) -> bool:
+    """Whether two answers are the same value (exact, else :func:`~certa.algorithms.answers.math_equal`; cached).
+
+    >>> same_answer("18", "18.0"), same_answer("18", "19")
+    (True, False)
+    """
     return a == b or bool(math_equal(a, b))
+
 
 
 def _fits(value: str, dataset: str, question: str) -> bool:
@@ -302,7 +312,7 @@ class Committed(CoTSignal):
     def __call__(self, view: ChainView) -> float:
         return float(self.committed(view.text) is not None and
                      (not view.probes or not view.probes[-1].answer
-                      or _same(view.probes[-1].answer, self.committed(view.text) or "")))
+                      or same_answer(view.probes[-1].answer, self.committed(view.text) or "")))
 
     def committed(self, text: str) -> str | None:
         """The answer the chain has committed to under this rule, or None (no exit yet)."""
@@ -312,13 +322,13 @@ class Committed(CoTSignal):
         if not at:
             return None
         value = found[at[-1]].value
-        start = next((i + 1 for i in reversed(at) if not _same(found[i].value, value)), 0)
-        run = [st for st in found[start:] if _same(st.value, value)]  # restatements of any kind count
+        start = next((i + 1 for i in reversed(at) if not same_answer(found[i].value, value)), 0)
+        run = [st for st in found[start:] if same_answer(st.value, value)]  # restatements of any kind count
         tail = text[run[-1].end:]
         if len(run) < self.confirm or len(tail) < self.quiet or _DOUBT.search(tail):
             return None
         results = _RESULT.findall(tail)
-        if results and not _same(results[-1].replace(",", ""), value):
+        if results and not same_answer(results[-1].replace(",", ""), value):
             return None  # the chain has computed something else since: the value was a step
         if len(text) - run[0].end < self.survive or not _fits(value, self.dataset, self.question):
             return None
@@ -334,8 +344,5 @@ def for_problem(signal: CoTSignal, question: str, dataset: str | None = None) ->
     >>> [p.question for p in for_problem(rule, "How many?", "gsm8k").parts]
     ['How many?', 'How many?']
     """
-    if isinstance(signal, AllOf):
-        return AllOf(*(for_problem(p, question, dataset) for p in signal.parts))
-    if callable(getattr(signal, "for_problem", None)):  # Committed, FinalAnswer: text probes bound to the question
-        return signal.for_problem(question, dataset)
-    return signal
+    bind = getattr(signal, "for_problem", None)  # Committed, TextAgrees, FinalAnswer, AllOf/AnyOf of them
+    return bind(question, dataset) if callable(bind) else signal

@@ -120,7 +120,7 @@ def main() -> None:
                     "pick": None if pick is None else {"label": candidate_label(pick), **pick.params()},
                     "heldout": {}, "grid": rows}
     presets = preset_candidates()
-    shown = {"current-default": presets.pop("certa-preset"), **({"pick": pick} if pick is not None else {}),
+    shown = {"current-default": presets.pop("certa-default"), **({"pick": pick} if pick is not None else {}),
              **presets}
     for name, c in shown.items():
         if c.interval % iv:

@@ -21,6 +21,7 @@ from certa.runtime.types import GenRequest, GenResult, ScoreRequest, ScoreResult
 if TYPE_CHECKING:  # pragma: no cover
     from certa.runtime.program import Program
     from certa.runtime.result import Result
+    from certa.runtime.subprogram import Child
     from certa.runtime.runtime import ProgramRun
 
 
@@ -143,6 +144,12 @@ class Context:
             raise result.error
         return result
 
+    def spawn(self, program: Any, /, **inputs: Any) -> "Child":
+        """Start a sub-program this step steers and reads while it runs (``await child.advance()``,
+        ``child.answer``, ``child.certaindex``; :mod:`certa.runtime.subprogram`). Its tokens
+        count toward this program; it is cancelled if still running when this program ends."""
+        return self.run.runtime.spawn(program, inputs, parent=self.run)
+
     def emit(self, kind: str, **data: Any) -> None:
         """Publish an event for this step and branch on the runtime's event stream (a no-op
         while nobody listens)."""
@@ -180,12 +187,20 @@ class ManagedSequence:
             self.ctx.emit("token", rid=self.seq.rid, text=out.text, attempt=0)
         return out
 
-    async def probe(self, suffix: str, max_tokens: int = 20, *, close_brace: bool = False) -> GenResult:
+    async def probe(self, suffix: str, max_tokens: int = 20, *, close_brace: bool = False, stop: tuple[str, ...] = (),
+                    temperature: float = 0.0, top_p: float = 1.0, seed: int | None = None) -> GenResult:
         """Probe (counted as kind ``probe``). ``close_brace``: stop after the brace that closes
-        one the suffix opened, where the backend supports it (same answer, fewer tokens)."""
+        one the suffix opened, where the backend supports it (same answer, fewer tokens);
+        ``stop`` strings; ``temperature`` > 0 samples the probe (with ``top_p``, ``seed``)
+        where the backend can, else it is greedy."""
         self.ctx._check_limits(self.seq.req.prompt + self.seq.text + suffix, max_tokens)
         rid = f"{self.seq.rid}.probe{next(self._probes)}"
-        extra = probe_kwargs(self.seq, close_brace=True) if close_brace else {}
+        wanted: dict[str, Any] = {"close_brace": True} if close_brace else {}
+        if stop:
+            wanted["stop"] = tuple(stop)
+        if temperature > 0.0:
+            wanted.update(temperature=temperature, top_p=top_p, seed=seed)
+        extra = probe_kwargs(self.seq, **wanted) if wanted else {}
         return await self.ctx.run.guard(rid, self.seq.probe(suffix, max_tokens, rid=rid, **extra), "probe", self.ctx)
 
     async def close(self) -> None:

@@ -52,10 +52,13 @@ def test_cot_counts_probe_tokens(tiny_problems):
     kinds = crazy["tokens_by_kind"]
     assert kinds["probe"] > 0 and kinds["probe_prefill"] > 0
     assert crazy["tokens"] == pytest.approx(kinds["main"] + kinds["probe"], abs=1e-2)
-    preset, mid = r["methods"]["certa-preset"], r["methods"]["dynasor-mid"]
-    assert preset["label"].startswith("certa default (agree(3) & settled") and preset["interval"] == 64
+    preset, mid = r["methods"]["certa-settled"], r["methods"]["dynasor-mid"]
+    assert preset["label"].startswith("certa settled (agree(3) & settled") and preset["interval"] == 64
     assert preset["tokens_by_kind"]["probe"] > 0
     assert preset["tokens"] >= mid["tokens"] - 1e-6  # mid's rule AND no hesitation: never exits earlier
+    default = r["methods"]["certa-default"]  # cot_program()'s: (boxed | stated & vote), probes every 128
+    assert default["label"].startswith("certa default ((boxed() | stated() & vote(512,0.75,128))")
+    assert default["interval"] == 64 and default["signal"]["kind"] == "any"
 
 
 def test_cli_writes_json_and_png(tmp_path):

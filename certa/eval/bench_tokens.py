@@ -11,7 +11,7 @@ with no accuracy loss there), and reports on the held-out part only:
   Dynasor's rule (``probe-calibrated``, and its presets ``dynasor-mild`` ... ``dynasor-crazy``)
   side by side with certa's certaindex variants (``grounded``, ``confident``, ``progress``,
   ``settled`` and their AND ``certa-cot``, :mod:`~certa.eval.cot_grid`), with probe
-  decode tokens counted (probe prefill reported apart), and ``certa-preset``: the default
+  decode tokens counted (probe prefill reported apart), and ``certa-default``: the default
   ``cot_program``'s fixed certaindex, as shipped (not calibrated). A variant the traces cannot support
   (``confident`` without probe logprobs) is listed with ``skipped`` and the reason, and
   ``oracle-bound``: each chain exits at its first probe equal to its final answer.
@@ -42,7 +42,7 @@ from certa.runtime.policy import Length, Threshold
 from certa.eval.traces import TraceProblem
 
 from certa.eval.calibration import METHODS, Candidate, calibrate, candidates, check_not_reserved, even_ladder, split_problems
-from certa.algorithms.programs.cot_probe import CERTA_INTERVAL, PRESETS, TEXT_INTERVAL, certa_signal, text_signal
+from certa.algorithms.programs.cot_probe import CERTA_INTERVAL, PRESETS, TEXT_INTERVAL, certa_signal, settled_signal, text_signal
 from certa.eval.evalstats import compare
 from certa.eval.replay_eval import ProgramKind, Replayer, Scores, check_traces
 from certa.eval.cot_grid import forced_answer_oracle, forced_answer_run, has_text_probes
@@ -150,7 +150,7 @@ def bench_tokens(problems: Sequence[TraceProblem], program: ProgramKind, *, cal_
                     methods[name] = {"skipped": skip}
                 continue
             s = _run(c, rep)
-            label = (f"certa text default ({candidate_label(c)})" if name == "certa-text" else
+            label = (f"certa {name.removeprefix('certa-')} ({candidate_label(c)})" if name != "certa-default" else
                      f"certa default ({candidate_label(c)})") if c.signal is not None else \
                 f"{name.removeprefix('dynasor-')} (k={c.k}, T={c.interval})"
             methods[name] = {**_point(c, s, even, reps, seed, label), "tokens_by_kind": s.summary()}
@@ -165,20 +165,23 @@ def bench_tokens(problems: Sequence[TraceProblem], program: ProgramKind, *, cal_
 
 def preset_candidates() -> dict[str, Candidate]:
     """The fixed CoT rules as shipped, never calibrated: ``dynasor-<preset>`` for each of Dynasor's
-    presets (its rule over k probes), ``certa-preset``, the default ``cot_program``'s certaindex,
-    and ``certa-text``, ``cot_program("text")``'s (text probes: reads the chain's committed answer);
+    presets (its rule over k probes), ``certa-default``, the default ``cot_program``'s certaindex,
+    ``certa-settled`` (the ``settled`` preset, the default before the reasoning certaindex), and ``certa-text``, ``cot_program("text")``'s (text probes: reads the chain's committed answer);
     each stops the first time its signal reaches 1.0."""
     first = Threshold(1.0, detect_at=1, every=1)
     out = {f"dynasor-{n}": Candidate("preset", first, k=k, interval=t) for n, (k, t) in PRESETS.items()}
     sig = certa_signal()
-    out["certa-preset"] = Candidate("preset", first, k=sig.window, interval=CERTA_INTERVAL, signal=sig)
+    out["certa-default"] = Candidate("preset", first, k=sig.window, interval=CERTA_INTERVAL, signal=sig)
+    old = settled_signal()
+    out["certa-settled"] = Candidate("preset", first, k=old.window, interval=CERTA_INTERVAL, signal=old)
     out["certa-text"] = Candidate("preset", first, k=1, interval=TEXT_INTERVAL, signal=text_signal())
     return out
 
 
 def _signal_label(spec: dict[str, Any]) -> str:
-    if spec["kind"] == "all":
-        return " & ".join(_signal_label(p) for p in spec["parts"])
+    if spec["kind"] in ("all", "any"):
+        inner = (" & " if spec["kind"] == "all" else " | ").join(_signal_label(p) for p in spec["parts"])
+        return inner if spec["kind"] == "all" else f"({inner})"
     args = ",".join(f"{v:.3g}" if isinstance(v, float) else str(v) for v in
                     (v for k, v in spec.items() if k != "kind"))
     return f"{spec['kind']}({args})"

@@ -154,9 +154,13 @@ class ChunkedSequence(BackendSequence):
             self.finish_reason = out.finish_reason if self.tokens < self.req.max_tokens else "length"
         return out
 
-    async def probe(self, suffix: str, max_tokens: int = 20, *, rid: str = "") -> GenResult:
-        sub = self._sub("probe", suffix, max_tokens=max_tokens, temperature=0.0, top_p=1.0, top_k=0, stop=(),
-                        kind="probe", logprobs=1 if self.backend.capabilities.logprobs else 0)
+    async def probe(self, suffix: str, max_tokens: int = 20, *, rid: str = "", stop: tuple[str, ...] = (),
+                    temperature: float = 0.0, top_p: float = 1.0, seed: int | None = None) -> GenResult:
+        """A separate request for the prompt, the text so far and ``suffix``; greedy unless a
+        ``temperature`` is given (protocol extensions: ``stop``, ``temperature``, ``top_p``, ``seed``)."""
+        sub = self._sub("probe", suffix, max_tokens=max_tokens, temperature=temperature, top_p=top_p, top_k=0,
+                        stop=tuple(stop), seed=seed, kind="probe",
+                        logprobs=1 if self.backend.capabilities.logprobs else 0)
         if rid:
             sub.rid = rid
         return await self.backend.generate(sub)

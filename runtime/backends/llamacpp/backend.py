@@ -206,13 +206,15 @@ class LlamaCppSequence(BackendSequence):
         return out
 
     async def probe(self, suffix: str, max_tokens: int = 20, *, rid: str = "", stop: tuple[str, ...] = (),
-                    close_brace: bool = False) -> GenResult:
-        """Append ``suffix``, decode greedily (up to ``max_tokens``, EOS, or a ``stop`` string), then roll back.
+                    close_brace: bool = False, temperature: float = 0.0, top_p: float = 1.0,
+                    seed: int | None = None) -> GenResult:
+        """Append ``suffix``, decode (up to ``max_tokens``, EOS, or a ``stop`` string), then roll back.
 
-        Extensions of the protocol: ``stop`` strings, and ``close_brace=True`` to stop right after
+        Extensions of the protocol: ``stop`` strings, ``close_brace=True`` to stop right after
         the first ``}`` that closes a brace the suffix opened (a probe ending in ``\\boxed{``:
-        the answer is complete, nested braces included). The result's ``token_logprobs`` are the
-        greedy tokens' log-probabilities."""
+        the answer is complete, nested braces included), and ``temperature``/``top_p``/``seed``
+        to sample the probe (default greedy). The result's ``token_logprobs`` are the probe
+        tokens' log-probabilities."""
         rid = rid or f"{self.rid}.probe{next(self._probes)}"
         if self._closed or self._job.aborted:
             return GenResult("", 0, finish_reason="abort", rid=rid)
@@ -221,7 +223,8 @@ class LlamaCppSequence(BackendSequence):
             return GenResult("", 0, prompt_tokens=len(tokens), finish_reason="length", rid=rid)
         async with self._lock:
             probe = Probe(rid, tokens, max_tokens, asyncio.get_running_loop().create_future(),
-                          text=TextTail(stop, close_brace=close_brace))
+                          text=TextTail(stop, close_brace=close_brace), temperature=temperature, top_p=top_p,
+                          seed=0 if seed is None else seed)
             self.backend.engine.probe(self._job, probe)
             return await self.backend._await(self._job, rid, probe.future)
 

@@ -89,7 +89,8 @@ class Slot:
 
 @dataclass(eq=False, slots=True)
 class Probe:
-    """A probe on a live sequence: suffix tokens decoded greedily, then rolled back exactly."""
+    """A probe on a live sequence: suffix tokens decoded (greedily, or sampled at ``temperature``),
+    then rolled back exactly."""
 
     rid: str
     suffix: list[int]
@@ -101,6 +102,9 @@ class Probe:
     text: TextTail = field(default_factory=TextTail)
     aborted: bool = False
     logps: list[float] = field(default_factory=list)  # log-probability of each (greedy) probe token
+    temperature: float = 0.0  # 0: greedy
+    top_p: float = 1.0
+    seed: int = 0
 
 
 @dataclass(eq=False, slots=True)

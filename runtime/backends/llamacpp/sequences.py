@@ -47,7 +47,7 @@ class SequenceOps:
             job.pending = [slot.kv[-1]]
             self.kv.truncate(slot, len(slot.kv) - 1)
         probe.base_len = (len(slot.kv) if slot is not None else 0) + len(job.pending)
-        probe.sampler = self.model.sampler(0.0)
+        probe.sampler = self.model.sampler(probe.temperature, probe.top_p, 0, probe.seed)
         job.probe = probe
         job.pending = job.pending + probe.suffix
 

@@ -36,7 +36,7 @@ TRACES_HELP = ("Collect reasoning traces with a real engine.\n\n"
 bench_app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False, help=BENCH_HELP)
 traces_app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False, help=TRACES_HELP)
 
-_PROGRAM = typer.Option(..., "--program", help="sc or cot")
+_PROGRAM = typer.Option(..., "--program", help="sc, cot or sc-cot (SC over CoT chains: probe banks)")
 _TRACES = typer.Option(..., "--traces", help="trace file (JSONL, the documented trace format)")
 
 
@@ -44,9 +44,9 @@ _fail = fail
 _error_line = error_line
 
 
-def _program(name: str) -> str:
-    if name not in ("sc", "cot"):
-        raise ConfigError(f"--program must be sc or cot, not {name!r}")
+def _program(name: str, allowed: tuple[str, ...] = ("sc", "cot")) -> str:
+    if name not in allowed:
+        raise ConfigError(f"--program must be {' or '.join(allowed)}, not {name!r}")
     return name
 
 
@@ -145,17 +145,24 @@ def bench_tokens(
                                                "whole trace file, no calibration (repeatable)"),
     preset: Optional[list[str]] = typer.Option(None, "--preset", help="SC: score a shipped policy by name "
                                                "(sc-default, weighted-vote, esc, adaptive-consistency, certa-threshold; repeatable)"),
-    final: bool = typer.Option(False, "--final", help="with --policy/--preset: allow reserved rows; the figures "
-                                                      "are then a final report"),
+    final: bool = typer.Option(False, "--final", help="score every row, reserved ones too (SC: with "
+                                                      "--policy/--preset; probe banks: cot, sc-cot): a final report"),
+    chains: Optional[int] = typer.Option(None, help="sc-cot: chains per problem (default: all of each problem's)"),
     debug: bool = typer.Option(False, help="show full tracebacks"),
 ) -> None:
     """Token-vs-accuracy curves and iso-accuracy savings of every method on the held-out split;
-    with --policy/--preset (SC), fixed policies scored on the whole file beside the baselines.
+    with --policy/--preset (SC), fixed policies scored on the whole file beside the baselines;
+    on a probe bank (cot, sc-cot), the fixed defaults and their peers on every chain.
 
     Example: certa bench tokens --program sc --traces t.jsonl --json sc.json --png sc.png
     Example: certa bench tokens --program sc --traces t.jsonl --preset sc-default --policy p.json --json f.json
+    Example: certa bench tokens --program cot --traces Qwen3-8B_amc23.jsonl.gz --json cot.json
     """
     orders = orders if orders is not None else 20 if program == "sc" else 1
+    if program in ("cot", "sc-cot") and not (policy or preset):
+        if _bench_bank(program, traces, json_out, final=final, chains=chains, seed=seed, reps=reps, dataset=dataset,
+                       debug=debug):
+            return
     if policy or preset or final:
         _bench_fixed(program, traces, json_out, png, policy or [], preset or [], final, seed=seed, orders=orders,
                      dataset=dataset, reps=reps, debug=debug)
@@ -204,12 +211,46 @@ def _bench_fixed(program: str, traces: str, json_out: str, png: Optional[str], f
                    "nothing was tuned here")
     typer.echo(f"sc (fixed policies, no calibration): {report['problems']} problems x {report['samples_per_problem']} "
                f"samples, {report['orders']} draw orders ({', '.join(report['models'])})")
-    for name, m in report["methods"].items():
+    _echo_rows(report["methods"])
+    typer.echo(f"wrote {json_out}" + (f" and {png}" if png else ""))
+
+
+def _echo_rows(methods: dict[str, Any]) -> None:
+    for name, m in methods.items():
+        lost = f" lost {m['lost']}" if "lost" in m else ""
         typer.echo(f"  {name:22s} acc {m['accuracy']:.3f} ({100 * m['accuracy_delta']:+5.1f} "
-                   f"{_pt(m['ci95']['accuracy_delta'])})  tokens {m['tokens']:9.1f}  "
+                   f"{_pt(m['ci95']['accuracy_delta'])}{lost})  tokens {m['tokens']:9.1f}  "
                    f"x{m['token_ratio']:.3f} {_x(m['ci95']['token_ratio'])}  iso x{_f(m['iso_token_ratio'])}  "
                    f"{m.get('label', '')}")
-    typer.echo(f"wrote {json_out}" + (f" and {png}" if png else ""))
+
+
+def _bench_bank(program: str, traces: str, json_out: str, *, final: bool, chains: Optional[int], debug: bool,
+                **kw: Any) -> bool:
+    """``certa bench tokens --program cot|sc-cot`` on a probe bank (fixed rules on every chain);
+    False when the file is not a probe bank (cot then runs the calibrate/held-out benchmark)."""
+    try:
+        from certa.eval.bench_chains import bench_chains, is_probe_bank
+        problems = _load(traces)
+        if not is_probe_bank(problems):
+            if program == "sc-cot":
+                raise ConfigError("--program sc-cot replays probe banks (chains with probe_tokens)",
+                                  hint="see shared/data/probes, or collect with `certa traces collect`")
+            return False
+        if program == "sc-cot":
+            from certa.eval.bench_sc_cot import bench_sc_cot
+            report = bench_sc_cot(problems, chains=chains, final=final, **kw)
+        else:
+            report = bench_chains(problems, final=final, **kw)
+        _write_report(report, traces, json_out, None, None)
+    except (CertaError, OSError) as exc:
+        _fail(exc, debug)
+    head = "FINAL REPORT: every row, reserved ones too; nothing was tuned on this file. " if final else \
+        (f"{report['reserved_skipped']} reserved rows skipped (--final scores them). " if report["reserved_skipped"] else "")
+    typer.echo(f"{head}{program} on a probe bank: {report['problems']} problems ({', '.join(report['models'])}); "
+               f"fixed rules, no calibration")
+    _echo_rows(report["methods"])
+    typer.echo(f"wrote {json_out}")
+    return True
 
 
 @traces_app.command("collect")
@@ -281,6 +322,31 @@ def import_cmd(
         console.print(f"skipped {Path(src).name}:{line}: {why}")
     typer.echo(f"wrote {report.written} problems ({report.samples} chains) to {out_path}; "
                f"{len(report.skipped)} rows skipped; tokens counted with {report.tokenizer}")
+
+
+@traces_app.command("headroom")
+def headroom_cmd(
+    traces: str = _TRACES,
+    json_out: Optional[str] = typer.Option(None, "--json", help="also write the bounds as JSON"),
+    final: bool = typer.Option(False, "--final", help="include reserved rows"),
+    debug: bool = typer.Option(False, help="show full tracebacks"),
+) -> None:
+    """Hindsight bounds of CoT early exit on a probe bank: exit where the chain's probes have settled
+    on its final answer for good, or at its first correct probe (ORACLE: they read the answer).
+
+    Example: certa traces headroom --traces Qwen3-8B_amc23.jsonl.gz
+    """
+    try:
+        from certa.eval.bench_chains import headroom
+        report = headroom(_load(traces), final=final)
+        if json_out:
+            _write_json(json_out, report)
+    except (CertaError, OSError) as exc:
+        _fail(exc, debug)
+    typer.echo(f"{report['problems']} problems, {report['chains']} chains ({', '.join(report['models'])}): full chains "
+               f"accuracy {report['accuracy']:.3f}, {report['tokens']:.0f} tokens a chain")
+    for name, m in report["bounds"].items():
+        typer.echo(f"  {name:22s} x{m['token_ratio']:.3f} ({100 * m['accuracy_delta']:+.1f} pt)  {m['label']}")
 
 
 def _at_levels(problems: list, levels: Optional[str]) -> list:

@@ -92,7 +92,8 @@ def _ci(values: np.ndarray, level: float = 0.95) -> list[float | None]:
 def compare(method: Scores, even: Sequence[Scores], *, reps: int = 1000, seed: int = 0) -> dict:
     """``method`` vs baseline-even (``even``: budgets in increasing order, the last = full budget).
 
-    Returns accuracy, tokens, ``accuracy_delta`` and ``token_ratio`` vs the full budget,
+    Returns accuracy, tokens, ``baseline_tokens`` (the full budget's), ``correct`` (problems'
+    worth of correct answers), ``n`` (problems), ``accuracy_delta`` and ``token_ratio`` vs the full budget,
     ``iso_token_ratio`` (tokens / tokens baseline-even needs for the same accuracy; None when
     the method beats every budget), each with a bootstrap 95% CI (``ci95``).
     """
@@ -112,6 +113,7 @@ def compare(method: Scores, even: Sequence[Scores], *, reps: int = 1000, seed: i
     ratio = method.mean_tokens / full.mean_tokens if full.mean_tokens else float("nan")
     return {
         "accuracy": round(method.accuracy, 6), "tokens": round(method.mean_tokens, 3),
+        "baseline_tokens": round(full.mean_tokens, 3), "correct": round(float(method.correct.sum()), 6), "n": n,
         "accuracy_delta": round(method.accuracy - full.accuracy, 6), "token_ratio": round(ratio, 6),
         "iso_token_ratio": None if iso is None else round(method.mean_tokens / iso, 6),
         "ci95": {"accuracy_delta": _ci(m_acc - f_acc), "token_ratio": _ci(ratio_b), "iso_token_ratio": _ci(iso_b)},

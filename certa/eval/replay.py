@@ -48,8 +48,9 @@ from certa.runtime.types import GenRequest, GenResult, Knob, TokenKind
 
 from certa.algorithms.answers.clustering import majority
 from certa.algorithms.prompts import probe_text
-from certa.algorithms.signals.cot import ChainView, CoTSignal, ProbeAgreement
-from certa.algorithms.signals.text import for_problem
+from certa.algorithms.programs.cot_probe import read_chunk
+from certa.algorithms.signals.cot import CoTSignal, ProbeAgreement
+from certa.algorithms.signals.text import for_problem, statements
 from certa.algorithms.signals import ProbeObs, entropy_certainty
 
 __all__ = ["ReplayCoT", "ReplayContext", "ReplaySC", "ReplayState", "run_replay", "sample_order"]
@@ -170,6 +171,9 @@ class ReplayCoT(Program):
         self.signal = for_problem(signal if signal is not None else ProbeAgreement(k), str(extra.get("question") or ""),
                                   extra.get("dataset"))
         self.probe_from = max(0, self.signal.min_tokens - (self.signal.window - 1) * interval)
+        if self.sample.text and self.signal is not signal:  # a text reader: scan the whole chain once, so
+            for d, q in ((extra.get("dataset") or "math", str(extra.get("question") or "")), ("math", "")):
+                statements(self.sample.text, dataset=d, question=q)  # each prefix read is a lookup (text.py)
         self.knob = Knob("tokens", cap=None)  # the chain ends at its recorded length
         self.policy, self.grade = policy, grade
         self.state = ReplayState()
@@ -177,6 +181,7 @@ class ReplayCoT(Program):
         self._recorded = {p.at: p for p in self.sample.probes}
         self._value = 0.0
         self._probed_chars = 0  # length of the chain text at the last probe
+        self._exit_answer: str | None = None  # the answer the certaindex vouched for at its exit
 
     async def execute(self, ctx: Any) -> bool:
         if self.seq is None:  # cot_program's ``start`` step: open the sequence, decode nothing
@@ -185,19 +190,22 @@ class ReplayCoT(Program):
             return True
         await self.seq.extend(self.interval)
         self._value = 0.0
-        if not self.seq.finished and self.seq.tokens >= self.probe_from and \
-                self.signal.probe_due(self.seq.text[self._probed_chars:]):
-            self._probed_chars = len(self.seq.text)
-            out = await self.seq.probe(_probe_suffix(), max_tokens=self.probe_tokens)
-            rec = self._recorded[self.seq.tokens]
-            text = (rec.model_extra or {}).get("text")
-            obs = ProbeObs(self.seq.tokens, rec.answer or "", text if isinstance(text, str) else out.text,
-                           tuple(rec.logprobs) if rec.logprobs is not None else None)
-            self.state.probes.append(obs)
-            self.state.answers.append(obs.answer)
-            self._value = self.signal(ChainView(self.state.probes, self.seq.text, self.seq.tokens))
+        if not self.seq.finished:  # cot_program's ``think`` step: the same reading of the chunk
+            got = await read_chunk(self.signal, self.state.probes, self.seq.text, self.seq.tokens, self._probed_chars,
+                                   probe_from=self.probe_from, ask=self._ask)
+            if got.probe is not None:
+                self.state.probes.append(got.probe)
+                self.state.answers.append(got.probe.answer)
+            self._value, self._probed_chars, self._exit_answer = got.value, got.probed_chars, got.answer
         self.state.finished = self.seq.finished
         return not self.seq.finished
+
+    async def _ask(self) -> ProbeObs:
+        """The probe recorded at this position, as the live program would have read it."""
+        out = await self.seq.probe(_probe_suffix(), max_tokens=self.probe_tokens)
+        rec = self._recorded.get(self.seq.tokens)  # None: a bank's missing last probes (an empty answer)
+        return ProbeObs(self.seq.tokens, (rec.answer if rec is not None else "") or "", out.text,
+                        tuple(rec.logprobs) if rec is not None and rec.logprobs is not None else None)
 
     def update_certaindex(self) -> float:
         return self._value
@@ -209,7 +217,7 @@ class ReplayCoT(Program):
         if self.state.finished:
             return self.sample.pred or None
         if self.exited_on_probe():
-            return self.state.probes[-1].answer
+            return self._exit_answer or (self.state.probes[-1].answer if self.state.probes else None)
         return next((a for a in reversed(self.state.answers) if a), None)  # budget stop: forced answer
 
     def is_correct(self) -> bool:

@@ -42,8 +42,8 @@ from certa.eval.traces import Probe, Sample, TraceProblem
 from certa.runtime.types import Capabilities, GenRequest, GenResult
 from certa.runtime.backends.base import Backend, BackendSequence
 
-__all__ = ["PROBE_MAX_TOKENS", "PROBE_PREFILL_TOKENS", "ReplayBackend", "ReplaySequence", "estimate_probe_tokens",
-           "probe_cost", "probe_prefill", "replay_key"]
+__all__ = ["ChainReplayBackend", "HESITANT_MARK", "PROBE_MAX_TOKENS", "PROBE_PREFILL_TOKENS", "ReplayBackend", "ReplaySequence",
+           "estimate_probe_tokens", "probe_cost", "probe_prefill", "recorded_probe_text", "replay_key"]
 
 PROBE_MAX_TOKENS = 20
 """Probe decode budget (Dynasor's ``max_tokens=20``); caps the estimate."""
@@ -76,11 +76,29 @@ def estimate_probe_tokens(answer: str | None, cap: int = PROBE_MAX_TOKENS) -> in
 
 
 def probe_cost(probe: Probe, cap: int = PROBE_MAX_TOKENS) -> int:
-    """Decode tokens of a recorded probe: its ``tokens`` field if recorded, else the estimate."""
-    recorded = (probe.model_extra or {}).get("tokens")
+    """Decode tokens of a recorded probe: its ``tokens`` (``certa traces collect``) or
+    ``probe_tokens`` (probe banks) field if recorded, else the estimate."""
+    extra = probe.model_extra or {}
+    recorded = extra.get("tokens", extra.get("probe_tokens"))
     if isinstance(recorded, int) and not isinstance(recorded, bool) and recorded >= 0:
         return min(recorded, cap)
     return estimate_probe_tokens(probe.answer, cap)
+
+
+HESITANT_MARK = " hmm"
+"""Appended to the text of a recorded probe marked ``certain: false`` (a probe bank records only
+that Dynasor's hesitation filter fired on the probe's text, not the text): the replayed probe
+then reads as hesitant to the same check live probes go through (``has_hesitation``)."""
+
+
+def recorded_probe_text(probe: Probe) -> str:
+    """The continuation a recorded probe stands for: its ``text`` if recorded, else its answer and
+    the closing brace (plus :data:`HESITANT_MARK` when the bank marks it ``certain: false``)."""
+    extra = probe.model_extra or {}
+    text = extra.get("text")
+    if isinstance(text, str):
+        return text
+    return f"{probe.answer or ''}}}" + (HESITANT_MARK if extra.get("certain") is False else "")
 
 
 def text_at(sample: Sample, tokens: int) -> str:
@@ -137,11 +155,13 @@ class ReplaySequence(BackendSequence):
         return probe
 
     def probe_now(self, max_tokens: int = PROBE_MAX_TOKENS, *, rid: str = "") -> GenResult:
-        """Synchronous :meth:`probe`: the recorded answer and its token costs."""
+        """Synchronous :meth:`probe`: the recorded answer and its token costs. Past a chain's last
+        recorded probe (a probe bank lacks the last one or two before the chain's end) the probe
+        answers nothing, at no cost."""
+        if self.tokens not in self._probes and self._probes and self.tokens > max(self._probes):
+            return GenResult("}", 0, finish_reason="length", rid=rid or f"{self.rid}.probe")
         probe = self.recorded_probe()
-        text = (probe.model_extra or {}).get("text")
-        text = text if isinstance(text, str) else f"{probe.answer or ''}}}"
-        return GenResult(text, probe_cost(probe, max_tokens), prompt_tokens=probe_prefill(probe),
+        return GenResult(recorded_probe_text(probe), probe_cost(probe, max_tokens), prompt_tokens=probe_prefill(probe),
                          finish_reason="length", rid=rid or f"{self.rid}.probe")
 
     async def extend(self, max_new_tokens: int) -> GenResult:
@@ -203,3 +223,21 @@ class ReplayBackend(Backend):
 
     def live_rids(self) -> set[str]:
         return set(self._live)
+
+
+class ChainReplayBackend(ReplayBackend):
+    """Serves one problem's chains to live programs (``cot_program``, ``sc_cot_program``): a
+    sequence request gets the chain whose index is its ``seed`` (0 when unseeded), whatever its
+    prompt. Runs no model; probes answer what the chain's probes recorded."""
+
+    def __init__(self, problem: TraceProblem) -> None:
+        super().__init__([problem])
+        self.problem = problem
+
+    def lookup(self, req: GenRequest) -> tuple[TraceProblem, Sample]:
+        i = req.seed or 0
+        if not 0 <= i < len(self.problem.samples):
+            raise BackendError(f"problem {self.problem.idx} has {len(self.problem.samples)} chains; no chain {i}",
+                               program=req.program_id or None, hint="seed chain i with seed=i")
+        return self.problem, self.problem.samples[i]
+

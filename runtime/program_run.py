@@ -21,13 +21,17 @@ T = TypeVar("T")
 class ProgramRun:
     """Bookkeeping for one running program: rids in flight, open sequences, counters."""
 
-    __slots__ = ("runtime", "program", "backend", "info", "inflight", "sequences", "rid_counter", "parent")
+    __slots__ = ("runtime", "program", "backend", "info", "inflight", "sequences", "rid_counter", "parent", "pace",
+                 "children")
 
-    def __init__(self, runtime: "Runtime", program: Program, parent: "ProgramRun | None") -> None:
+    def __init__(self, runtime: "Runtime", program: Program, parent: "ProgramRun | None",
+                 pace: Callable[[], Awaitable[None]] | None = None) -> None:
         self.runtime = runtime
         self.program = program
         self.backend = runtime.backend
         self.parent = parent
+        self.pace = pace  # a spawned sub-program's gate: one step per permit (certa.runtime.subprogram)
+        self.children: list[Any] = []  # sub-programs started with ctx.spawn, cancelled with this run
         self.inflight: set[str] = set()
         self.sequences: list[Any] = []
         self.rid_counter = itertools.count()

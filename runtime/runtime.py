@@ -40,6 +40,7 @@ from certa.runtime.scheduling.scheduler import Scheduler
 from certa.runtime.scheduling.policies import remaining_steps
 from certa.runtime.threads import ThreadRun
 from certa.runtime.streaming import ProgramStream, StreamMode
+from certa.runtime.subprogram import Child
 from certa.runtime.types import CertaindexPoint
 
 
@@ -135,8 +136,17 @@ class Runtime:
             raise result.error from result.error.__cause__
         return result
 
+    def spawn(self, program: Any, inputs: dict[str, Any], *, parent: ProgramRun) -> Child:
+        """Start ``program`` as a live sub-program of ``parent`` (``Context.spawn``): bad inputs
+        raise here, in the parent's step."""
+        self._check_call(parent)
+        prog = self._instantiate(program, inputs)
+        child = Child(prog, lambda pace: self._run(prog, {}, parent=parent, pace=pace))
+        parent.children.append(child)
+        return child
+
     async def _run(self, program: Any, inputs: dict[str, Any], *, parent: ProgramRun | None,
-                   thread: ThreadRun | None = None) -> Result:
+                   thread: ThreadRun | None = None, pace: Callable[[], Awaitable[None]] | None = None) -> Result:
         """Run a program; with ``parent`` as that program's sub-program (``Context.call``); with
         ``thread`` restored from and checkpointed to its thread."""
         if parent is not None:
@@ -151,7 +161,7 @@ class Runtime:
         # a sub-program's id is its root's id and its own (ids stay short at any depth; the counter keeps them unique)
         prog.program_id = f"{_root(parent).program.program_id}/{base}-{next(self._ids)}" if parent \
             else f"{base}-{next(self._ids)}"
-        run = ProgramRun(self, prog, parent)
+        run = ProgramRun(self, prog, parent, pace)
         self._active[prog.program_id] = run
         self.scheduler.register(run.info, as_id=prog.program_id)
         self.events.emit("program_start", prog.program_id, name=base, knob_cap=prog.knob_cap)
@@ -317,7 +327,7 @@ class Runtime:
             return thread.latest.status  # type: ignore[union-attr]
         reason = await drive(run.program, Context(run, "execute"),
                              on_certaindex=functools.partial(self._on_certaindex, run), max_steps=self.limits.max_steps,
-                             on_step=None if thread is None else lambda: thread.save(run.program))
+                             on_step=None if thread is None else lambda: thread.save(run.program), pace=run.pace)
         return reason if thread is None else thread.finish(run.program, reason)
 
     def _on_certaindex(self, run: ProgramRun, point: CertaindexPoint) -> None:
@@ -356,6 +366,8 @@ class Runtime:
         try:
             await prog.aclose()
         finally:
+            for child in run.children:  # spawned sub-programs still running end with their parent
+                await child.cancel()
             for seq in list(run.sequences):
                 await seq.close()
             for rid in list(run.inflight):

@@ -8,7 +8,7 @@ from certa.runtime.context import Context, ManagedSequence
 from certa.runtime.draw import Mermaid
 from certa.runtime.errors import CertaError
 from certa.runtime.events import Event, EventBus
-from certa.runtime.policy import CONTINUE, Decision, Even, Length, Policy, Threshold
+from certa.runtime.policy import CONTINUE, Decision, Even, Length, Policy, Threshold, Watch
 from certa.runtime.program import Program
 from certa.runtime.result import Result
 from certa.runtime.limits import RetryPolicy, RuntimeLimits
@@ -26,5 +26,5 @@ __all__ = [
     "Context", "Decision", "Even", "Event", "EventBus", "GenRequest", "GenResult", "Knob", "Length", "ProgramRun",
     "ManagedSequence", "Mermaid", "Policy", "Program", "ProgramInfo", "Result", "RetryPolicy", "Runtime",
     "RuntimeLimits", "Scheduler", "SchedulingPolicy", "ScoreRequest", "ScoreResult", "ScriptedBackend",
-    "BackendSequence", "Threshold", "Ticket", "TokenUsage", "run_blocking",
+    "BackendSequence", "Threshold", "Ticket", "TokenUsage", "Watch", "run_blocking",
 ]

@@ -143,6 +143,8 @@ class Runtime:
             self._check_call(parent)
         try:
             prog = thread.open(program, inputs, self._instantiate) if thread else self._instantiate(program, inputs)
+            if prog.policy is not None:
+                prog.policy.validate(prog)  # a policy that cannot decide on it fails before a token is spent
         except CertaError as exc:  # bad inputs fail this program only, like any other error
             name = getattr(program, "name", None) or getattr(program, "__name__", type(program).__name__)
             exc.program = exc.program or f"{name}-{next(self._ids)}"

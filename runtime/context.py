@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Literal, overload
 
 from certa.runtime.backends.base import probe_kwargs
 from certa.runtime.errors import BackendError, CertaError, LimitExceededError
+from certa.runtime.seeds import call_salt, salted
 from certa.runtime.token_stream import _TOKENS, TokenStream, token_emitter, tokens_wanted
 from certa.runtime.types import GenRequest, GenResult, ScoreRequest, ScoreResult, TokenKind
 
@@ -79,6 +80,8 @@ class Context:
                  top_k: int, seed: int | None, stop, logprobs: int, chat: bool, prefix_hint: str | None) -> GenRequest:
         self._check_limits(prompt, max_tokens)
         pid = self.run.program.program_id
+        if seed is not None and self.run.salt is not None:  # a sub-program: its call path salts the seed
+            seed = salted(seed, self.run.salt)
         return GenRequest(prompt=prompt, max_tokens=max_tokens, temperature=temperature, top_p=top_p,
                           top_k=top_k, seed=seed, stop=tuple([stop] if isinstance(stop, str) else stop),
                           rid=self._rid(), program_id=pid, step=self.step, branch=self.branch, kind=kind,
@@ -136,9 +139,18 @@ class Context:
     async def call(self, program: Any, /, **inputs: Any) -> "Result":
         """Run a sub-program (compiled graph or Program) to completion as part of this step.
 
-        Its tokens count toward this program too; cancelling this step cancels it.
+        Its tokens count toward this program too; cancelling this step cancels it. The seeds
+        its requests carry are salted with its call path (:mod:`certa.runtime.seeds`), so
+        ``seed=ctx.branch`` in it differs from call to call, deterministically.
         """
-        result = await self.run.runtime._run(program, inputs, parent=self.run)
+        run = self.run
+        calls = run.calls if run.calls is not None else {}
+        run.calls = calls
+        index = calls.get((self.step, self.branch), 0)  # the how-many-th call of this branch (same order each run)
+        calls[(self.step, self.branch)] = index + 1
+        name = getattr(program, "name", None) or getattr(program, "__name__", None) or type(program).__name__
+        salt = call_salt(run.salt, self.step, self.branch, index, str(name))
+        result = await run.runtime._run(program, inputs, parent=run, salt=salt)
         if result.error is not None and not isinstance(result.error, asyncio.CancelledError):
             raise result.error
         return result

@@ -21,13 +21,18 @@ T = TypeVar("T")
 class ProgramRun:
     """Bookkeeping for one running program: rids in flight, open sequences, counters."""
 
-    __slots__ = ("runtime", "program", "backend", "info", "inflight", "sequences", "rid_counter", "parent")
+    __slots__ = ("runtime", "program", "backend", "info", "inflight", "sequences", "rid_counter", "parent", "salt",
+                 "calls", "aborted")
 
-    def __init__(self, runtime: "Runtime", program: Program, parent: "ProgramRun | None") -> None:
+    def __init__(self, runtime: "Runtime", program: Program, parent: "ProgramRun | None",
+                 salt: int | None = None) -> None:
         self.runtime = runtime
         self.program = program
         self.backend = runtime.backend
         self.parent = parent
+        self.salt = salt  # a sub-program's seed salt (certa.runtime.seeds); None for a root program
+        self.calls: dict[tuple[str, int], int] | None = None  # (step, branch) -> sub-programs it called
+        self.aborted: list[str] = []  # rids aborted while the program was being closed (Result.aborted)
         self.inflight: set[str] = set()
         self.sequences: list[Any] = []
         self.rid_counter = itertools.count()
@@ -45,6 +50,7 @@ class ProgramRun:
         if rid not in self.inflight:
             return
         self.inflight.discard(rid)
+        self.aborted.append(rid)
         try:
             await self.backend.abort(rid)
         except Exception:  # noqa: BLE001 - a failing abort must not hide why we abort

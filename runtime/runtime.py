@@ -136,9 +136,10 @@ class Runtime:
         return result
 
     async def _run(self, program: Any, inputs: dict[str, Any], *, parent: ProgramRun | None,
-                   thread: ThreadRun | None = None) -> Result:
-        """Run a program; with ``parent`` as that program's sub-program (``Context.call``); with
-        ``thread`` restored from and checkpointed to its thread."""
+                   thread: ThreadRun | None = None, salt: int | None = None) -> Result:
+        """Run a program; with ``parent`` as that program's sub-program (``Context.call``; ``salt``
+        salts its seeds, :mod:`certa.runtime.seeds`); with ``thread`` restored from and
+        checkpointed to its thread."""
         if parent is not None:
             self._check_call(parent)
         try:
@@ -153,7 +154,7 @@ class Runtime:
         # a sub-program's id is its root's id and its own (ids stay short at any depth; the counter keeps them unique)
         prog.program_id = f"{_root(parent).program.program_id}/{base}-{next(self._ids)}" if parent \
             else f"{base}-{next(self._ids)}"
-        run = ProgramRun(self, prog, parent)
+        run = ProgramRun(self, prog, parent, salt)
         self._active[prog.program_id] = run
         self.scheduler.register(run.info, as_id=prog.program_id)
         self.events.emit("program_start", prog.program_id, name=base, knob_cap=prog.knob_cap)

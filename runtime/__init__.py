@@ -15,14 +15,14 @@ from certa.runtime.limits import RetryPolicy, RuntimeLimits
 from certa.runtime.program_run import ProgramRun
 from certa.runtime.runtime import Runtime, run_blocking
 from certa.runtime.scheduling.scheduler import AdmissionLimits, ProgramInfo, Scheduler, SchedulingPolicy, Ticket
-from certa.runtime.streaming import CertaindexUpdate, ProgramStream, StepUpdate
+from certa.runtime.streaming import CertaindexUpdate, ProgramStream, StateValues, StepUpdate
 from certa.runtime.token_stream import TokenChunk, TokenStream
 from certa.runtime.types import (Capabilities, CertaindexPoint, GenRequest, GenResult, Knob, ScoreRequest, ScoreResult,
                     TokenUsage)
 
 __all__ = [
     "AdmissionLimits", "Backend", "CONTINUE", "Capabilities", "CertaError", "CertaindexPoint", "CertaindexUpdate",
-    "ChunkedSequence", "ProgramStream", "StepUpdate", "TokenChunk", "TokenStream",
+    "ChunkedSequence", "ProgramStream", "StateValues", "StepUpdate", "TokenChunk", "TokenStream",
     "Context", "Decision", "Even", "Event", "EventBus", "GenRequest", "GenResult", "Knob", "Length", "ProgramRun",
     "ManagedSequence", "Mermaid", "Policy", "Program", "ProgramInfo", "Result", "RetryPolicy", "Runtime",
     "RuntimeLimits", "Scheduler", "SchedulingPolicy", "ScoreRequest", "ScoreResult", "ScriptedBackend",

@@ -14,7 +14,7 @@ from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any, Literal, overload
 
 from certa.runtime.backends.base import probe_kwargs
-from certa.runtime.errors import BackendError, CertaError, LimitExceededError
+from certa.runtime.errors import BackendError, CertaError, ConfigError, LimitExceededError
 from certa.runtime.seeds import call_salt, salted
 from certa.runtime.token_stream import _TOKENS, TokenStream, token_emitter, tokens_wanted
 from certa.runtime.types import GenRequest, GenResult, ScoreRequest, ScoreResult, TokenKind
@@ -30,7 +30,8 @@ class Context:
 
     Attributes:
         step: name of the running step; ``branch``: its branch index; ``payload``: the value
-        a fan-out ``Send`` carried to this branch (or None).
+        a fan-out ``Send`` carried to this branch (or None; a ``g.loop`` keeps it); ``lane``
+        (property): its index in its fan-out.
     """
 
     __slots__ = ("run", "step", "branch", "payload")
@@ -154,6 +155,29 @@ class Context:
         if result.error is not None and not isinstance(result.error, asyncio.CancelledError):
             raise result.error
         return result
+
+    def interrupt(self, value: Any = None) -> Any:
+        """Pause this step for a human (LangGraph's ``interrupt``): the program pauses once its
+        other branches in flight finish, and ``run`` returns an ``InterruptedResult`` whose
+        ``interrupt.value`` is ``value``. Resumed with ``command=Command(resume=answer)``, the
+        step runs again from its beginning and this call returns ``answer`` (the n-th call of a
+        step gets the n-th answer). Needs a compiled graph run on a thread (``thread_id=``):
+        CT300 otherwise, also in a ``ctx.call`` sub-program. Do not catch the exception it raises
+        (a ``BaseException``, like ``CancelledError``); requests sent before it are sent again
+        when the step runs again, so interrupt first, or in a step of its own."""
+        ask = getattr(self.run.program, "interrupt_step", None)
+        if ask is None:
+            raise ConfigError(f"ctx.interrupt needs a compiled graph; program {self.program_id!r} is not one",
+                              program=self.program_id, step=self.step, branch=self.branch)
+        return ask(self.step, self.branch, value)
+
+    @property
+    def lane(self) -> int:
+        """This branch's lane in the fan-out that launched it: ``i`` of ``fanout=n`` (0..n-1) or
+        the index of its ``Send`` in the router's list, kept by a ``g.loop`` continuing it
+        (lanes an elastic fan-out adds are negative); 0 for a branch of no fan-out."""
+        lane_of = getattr(self.run.program, "lane_of", None)
+        return lane_of(self.branch) if lane_of is not None else 0
 
     def emit(self, kind: str, **data: Any) -> None:
         """Publish an event for this step and branch on the runtime's event stream (a no-op

@@ -1,7 +1,7 @@
 """Every examples/*.ipynb executes top to bottom without an error (nbclient, one fresh kernel each).
 
 Needs the ``notebooks`` extra (nbclient, nbformat, ipykernel, matplotlib); skipped with a reason otherwise.
-Notebooks are committed without outputs, or executed with small ones.
+Notebooks are committed without outputs.
 """
 
 from __future__ import annotations
@@ -44,19 +44,12 @@ def test_there_are_notebooks():
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
-def test_notebook_is_committed_clean_or_executed_with_small_outputs(path):
-    """Without outputs, or executed top to bottom with small ones (issue 40: a code host shows them)."""
+def test_notebook_is_committed_without_outputs(path):
     nb = json.loads(path.read_text(encoding="utf-8"))
-    code = [cell for cell in nb["cells"] if cell["cell_type"] == "code"]
-    if not any(cell.get("outputs") for cell in code):
-        assert all(cell.get("execution_count") is None for cell in code), f"{path.name}: half-cleared outputs"
-        return
-    assert [cell.get("execution_count") for cell in code] == list(range(1, len(code) + 1)), \
-        f"{path.name}: execute it top to bottom in a fresh kernel before committing"
-    outputs = [o for cell in code for o in cell.get("outputs", [])]
-    assert not [o for o in outputs if o["output_type"] == "error"], f"{path.name}: an output is an error"
-    size = len(json.dumps(outputs))
-    assert size < 20_000, f"{path.name}: outputs of {size} bytes; keep them small"
+    for cell in nb["cells"]:
+        if cell["cell_type"] == "code":
+            assert not cell.get("outputs") and cell.get("execution_count") is None, \
+                f"{path.name}: clear the outputs before committing"
 
 
 @pytest.mark.slow

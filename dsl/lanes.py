@@ -34,8 +34,8 @@ class Lanes:
     _outer: dict[int, int]  # join group -> the group of the lanes it runs in
     _group_ids: Any
 
-    def _enter(self, name: str, source: str | None, parent: int | None = None, *, group: int | None = None,
-               payload: Any = None) -> None:
+    def _enter(self, name: str, source: str | None, parent: int | None = None, payload: Any = None, *,
+               group: int | None = None) -> None:
         raise NotImplementedError  # GraphProgram's: enter a step (a join, once its group is done)
 
     def _check_conflicts(self, step: str, branch: int, update: dict[str, Any]) -> None:

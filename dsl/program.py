@@ -177,8 +177,9 @@ class GraphProgram(Lanes, Program):
 
     async def aclose(self) -> None:
         tasks = list(self._tasks.values())
-        self.cancelled = [(self._branches[b][0], b) for b, t in self._tasks.items()
-                          if not t.done() and b in self._branches]  # what the exit cancels (Result.cancelled)
+        if tasks:  # what the exit cancels (Result.cancelled)
+            self.cancelled = [(self._branches[b][0], b) for b, t in self._tasks.items()
+                              if not t.done() and b in self._branches]
         for t in tasks:
             t.cancel()
         if tasks:
@@ -222,7 +223,7 @@ class GraphProgram(Lanes, Program):
         outer = self._group_of.get(branch) if branch is not None else None
         for src, dst in g.edges:
             if src == step and dst != END:
-                self._enter(dst, step, branch, payload=payload)
+                self._enter(dst, step, branch, payload)
         for b in g.branches:
             if b.source != step:
                 continue
@@ -258,7 +259,7 @@ class GraphProgram(Lanes, Program):
                                  outer if own is None else own)
                 else:
                     self._check_step(x, step)
-                    self._enter(x, step, branch)
+                    self._enter(x, step, branch, payload)  # a route back to its own step continues the lane
             for group in groups.values():
                 self._drop_if_empty(group)
 
@@ -267,8 +268,8 @@ class GraphProgram(Lanes, Program):
             raise UnknownStepError(f"router after {source!r} returned unknown step {name!r}",
                                    program=self.program_id, step=source)
 
-    def _enter(self, name: str, source: str | None, parent: int | None = None, *, group: int | None = None,
-               payload: Any = None) -> None:
+    def _enter(self, name: str, source: str | None, parent: int | None = None, payload: Any = None, *,
+               group: int | None = None) -> None:
         """Enter step ``name`` after a ``parent`` branch of ``source`` (in its lane's join group),
         or in ``group`` (a join entered by :meth:`_release`); a loop (``source == name``) keeps
         the lane's ``payload``."""

@@ -99,4 +99,4 @@ def result_of(run: "ProgramRun", reason: str, error: BaseException | None, wall:
     return Result(program_id=prog.program_id, name=prog.display_name, answer=answer, state=prog.state,
                   certaindex=list(prog.trajectory), tokens=prog.tokens, knob_used=prog.knob_value,
                   knob_cap=prog.knob_cap, exit_reason=reason, tokens_saved=saved, wall_s=wall, error=error,
-                  cancelled=list(getattr(prog, "cancelled", ())), aborted=list(run.aborted))
+                  cancelled=getattr(prog, "cancelled", None) or [], aborted=run.aborted)

@@ -111,7 +111,10 @@ class Runtime:
         thread whose step paused in ``ctx.interrupt(value)`` (``resume=``: what it returns) or
         editing its state first (``update=``). See docs/concepts.md "Checkpoints and interrupts".
         """
-        result = await self._start(program, inputs, thread_id, interrupt_before, interrupt_after, command)
+        if thread_id is None and not interrupt_before and not interrupt_after and command is None:
+            result = await self._run(program, inputs, parent=None)  # the plain run: one frame fewer than _start
+        else:
+            result = await self._start(program, inputs, thread_id, interrupt_before, interrupt_after, command)
         if result.error is not None and not return_errors:
             raise result.error from result.error.__cause__
         return result

@@ -165,15 +165,14 @@ def test_ctx_interrupt_is_refused_where_it_cannot_resume(saver):
         ct.Runtime(ct.ScriptedBackend()).run_sync(review_graph(catch=False), question="q")
     assert (err.value.code, err.value.step) == ("CT300", "review")
 
-    class Outer(ct.State):
-        question: str
-        answer: str = ""
-
-    g = ct.Graph(Outer, name="outer")
+    g = ct.Graph(Review, name="outer")   # its step calls the review graph as a sub-program
+    g.step(lambda s, ctx: None, name="noop")
 
     @g.step
     async def call(s, ctx):
         return {"answer": (await ctx.call(review_graph(catch=False), question=s.question)).state.verdicts[0]}
+
+    g.edge("noop", "call")
 
     rt = ct.Runtime(ct.ScriptedBackend(), checkpointer=saver)
     with pytest.raises(ConfigError, match="sub-program cannot pause"):

@@ -17,18 +17,19 @@ from certa.runtime.lazy import lazy_exports
 
 __version__ = "0.1.0"
 
-_DSL = ("END", "START", "Annotated", "Appended", "CompiledGraph", "Extended", "Graph", "GraphProgram", "Reducer",
-        "Send", "State", "add", "append", "extend", "max_", "merge", "min_")
+_DSL = ("END", "START", "Annotated", "Appended", "CompiledGraph", "Extended", "Graph", "GraphProgram", "Overwrite",
+        "Reducer", "Send", "State", "add", "append", "extend", "max_", "merge", "min_")
 _RUNTIME = ("AdmissionLimits", "Backend", "Capabilities", "CertaError", "Context", "Decision", "Even", "Event",
             "GenRequest", "GenResult", "Knob", "Length", "Mermaid", "Policy", "Program", "Result", "Runtime",
             "RuntimeLimits", "Scheduler", "SchedulingPolicy", "ScriptedBackend", "Threshold", "TokenUsage",
-            "run_blocking")
+            "Watch", "run_blocking")
 
 # public name -> (module, attribute or None for the module itself)
 _LAZY: dict[str, tuple[str, str | None]] = {
     **{name: ("certa.dsl", name) for name in _DSL},
     **{name: ("certa.runtime", name) for name in _RUNTIME},
-    **{name: ("certa.runtime.checkpoint", name) for name in ("Checkpointer", "MemoryCheckpointer", "InterruptedResult")},
+    **{name: ("certa.runtime.checkpoint", name) for name in ("Checkpointer", "Command", "MemoryCheckpointer",
+                                                             "InterruptedResult")},
     "SqliteCheckpointer": ("certa.runtime.checkpoint_sqlite", "SqliteCheckpointer"),
     "answers": ("certa.algorithms.answers", None),
     "equivalence": ("certa.algorithms.answers.equivalence", None),
@@ -43,14 +44,14 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from certa.algorithms import answers, prompts, signals
     from certa.algorithms.answers import equivalence
     from certa.algorithms.prompts import prompt
-    from certa.runtime.checkpoint import Checkpointer, InterruptedResult, MemoryCheckpointer
+    from certa.runtime.checkpoint import Checkpointer, Command, InterruptedResult, MemoryCheckpointer
     from certa.runtime.checkpoint_sqlite import SqliteCheckpointer
-    from certa.dsl import (END, START, Annotated, Appended, CompiledGraph, Extended, Graph, GraphProgram, Reducer,
-                           Send, State, add, append, extend, max_, merge, min_)
+    from certa.dsl import (END, START, Annotated, Appended, CompiledGraph, Extended, Graph, GraphProgram, Overwrite,
+                           Reducer, Send, State, add, append, extend, max_, merge, min_)
     from certa.runtime import (AdmissionLimits, Backend, Capabilities, CertaError, Context, Decision, Even, Event,
                                GenRequest, GenResult, Knob, Length, Mermaid, Policy, Program, Result, Runtime,
                                RuntimeLimits, Scheduler, SchedulingPolicy, ScriptedBackend, Threshold, TokenUsage,
-                               run_blocking)
+                               Watch, run_blocking)
 
 
 __getattr__, __dir__ = lazy_exports(__name__, _LAZY)

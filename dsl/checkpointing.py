@@ -24,8 +24,15 @@ with ``program.interrupt = (step, "before" | "after")``. The resumed run starts 
 branches (past the interrupt that held them) and then routes the held branches in the order
 they finished, with the state as edited.
 
-Payloads of held or in-flight ``Send`` branches are saved as JSON and come back as JSON
-values (a tuple as a list, a model as a dict).
+In-step interrupts: ``ctx.interrupt(value)`` in a running step raises
+:class:`~certa.runtime.checkpoint.StepInterrupt`; its branch is held (pending, to run again from
+its beginning) with what it asked, and the program pauses the same way (``program.interrupt =
+(step, "during")``). ``Command(resume=v)`` gives each asking branch its next answer; when the
+branch runs again, its n-th ``ctx.interrupt`` returns its n-th answer, and one it has no answer
+for pauses again. Asks and answers of pending branches are saved with the checkpoint.
+
+Payloads of held or in-flight ``Send`` branches (and answers) are saved as JSON and come back
+as JSON values (a tuple as a list, a model as a dict).
 """
 
 from __future__ import annotations
@@ -38,6 +45,7 @@ from pydantic import ValidationError
 
 from certa.dsl.errors import UnknownStepError
 from certa.dsl.state import apply_update
+from certa.runtime.checkpoint import StepInterrupt
 from certa.runtime.errors import CheckpointError, ConfigError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -47,7 +55,8 @@ if TYPE_CHECKING:  # pragma: no cover
 class Held:
     """Interrupt bookkeeping of one graph program: which steps interrupt, what a pause holds."""
 
-    __slots__ = ("before", "after", "idle", "pausing", "launches", "routes", "done_before")
+    __slots__ = ("before", "after", "idle", "pausing", "launches", "routes", "done_before", "threaded", "asks",
+                 "answers", "asked")
 
     def __init__(self) -> None:
         self.before: frozenset[str] = frozenset()
@@ -55,8 +64,12 @@ class Held:
         self.idle = True  # no interrupt set: nothing is ever held (the per-branch fast path)
         self.pausing: tuple[str, str] | None = None  # the interrupt that started the pause
         self.launches: list[int] = []  # branches allocated but not started
-        self.routes: list[tuple[str, int]] = []  # branches merged but not routed, in completion order
+        self.routes: list[tuple[str, int, Any]] = []  # branches merged but not routed (step, branch, payload)
         self.done_before = 0  # branches completed before the restored checkpoint
+        self.threaded = False  # run on a thread (set_interrupts): only then may a step ctx.interrupt
+        self.asks: dict[int, tuple[str, int, Any]] = {}  # branch -> (step, n-th interrupt, value) it paused on
+        self.answers: dict[int, list[Any]] = {}  # branch -> its Command(resume=...) values, in order
+        self.asked: dict[int, int] = {}  # branch -> ctx.interrupt calls in this run of its step
 
     def pause(self) -> tuple[str, str] | None:
         """The interrupt to report once nothing runs (None when nothing is held)."""
@@ -74,15 +87,61 @@ def hold_launch(prog: "GraphProgram", step: str, branch: int) -> bool:
     return True
 
 
-def hold_route(prog: "GraphProgram", step: str, branch: int) -> bool:
+def hold_route(prog: "GraphProgram", step: str, branch: int, payload: Any) -> bool:
     """Whether to hold the routing of finished ``branch`` of ``step`` (interrupt after it, or paused)."""
     held = prog._held
     if held.pausing is None and step in held.after:
         held.pausing = (step, "after")
     if held.pausing is None:
         return False
-    held.routes.append((step, branch))
+    held.routes.append((step, branch, payload))
     return True
+
+
+def ask(prog: "GraphProgram", step: str, branch: int, value: Any) -> Any:
+    """``ctx.interrupt(value)`` in branch ``branch``: its answer if the thread was resumed with
+    one for this call, else :class:`StepInterrupt` (the branch is then held by :func:`hold_ask`)."""
+    held = prog._held
+    if not held.threaded:
+        raise ConfigError(f"ctx.interrupt in step {step!r} needs the program run on a thread, to resume it",
+                          program=prog.program_id or prog.name, step=step, branch=branch,
+                          hint="runtime.run(program, thread_id='t1', ...) with Runtime(checkpointer=...); "
+                               "a ctx.call sub-program cannot pause")
+    n = held.asked.get(branch, 0)
+    held.asked[branch] = n + 1
+    given = held.answers.get(branch, ())
+    if n < len(given):
+        return given[n]
+    raise StepInterrupt(value, n)
+
+
+def hold_ask(prog: "GraphProgram", step: str, branch: int, pending: tuple[str, Any], exc: StepInterrupt) -> None:
+    """Branch ``branch`` of ``step`` paused in ``ctx.interrupt``: keep it pending (it runs again
+    on resume) with what it asked, and pause the program (nothing new starts)."""
+    held = prog._held
+    prog._branches[branch] = pending
+    held.asks[branch] = (step, exc.index, _payload(prog, step, branch, exc.value, "the value of ctx.interrupt"))
+    held.asked.pop(branch, None)
+    held.launches.append(branch)
+    held.idle = False
+    if held.pausing is None:
+        held.pausing = (step, "during")
+
+
+def resume_interrupts(prog: "GraphProgram", value: Any) -> None:
+    """``Command(resume=value)``: the next answer of every branch paused in ``ctx.interrupt`` —
+    ``value[id]`` when ``value`` is a dict keyed by their ids (``"step:branch:n"``), else ``value``."""
+    held = prog._held
+    if not held.asks:
+        raise CheckpointError(f"program {prog.name!r} is not paused in ctx.interrupt: nothing to resume with a value",
+                              program=prog.name, hint="run the thread without command=Command(resume=...)")
+    ids = {f"{step}:{branch}:{n}": (branch, step) for branch, (step, n, _) in held.asks.items()}
+    keyed = isinstance(value, dict) and bool(value) and set(value) <= set(ids)
+    for key, (branch, step) in ids.items():
+        if keyed and key not in value:
+            continue  # not answered: it asks again
+        answer = _payload(prog, step, branch, value[key] if keyed else value, "the Command's resume value")
+        held.answers.setdefault(branch, []).append(answer)
 
 
 def resume(prog: "GraphProgram") -> None:
@@ -90,13 +149,14 @@ def resume(prog: "GraphProgram") -> None:
     held = prog._held
     routes = list(held.routes)
     held.launches, held.routes, held.pausing = [], [], None
+    held.asks = {}  # asked again when their steps run again without an answer
     prog.interrupt = None
     steps = prog.compiled.graph.steps
     for branch in sorted(prog._branches):
         step, payload = prog._branches[branch]
         prog._start(steps[step], branch, payload)
-    for step, branch in routes:
-        prog._after(step, branch)
+    for step, branch, payload in routes:
+        prog._after(step, branch, payload)
 
 
 def set_interrupts(prog: "GraphProgram", before: Any, after: Any) -> None:
@@ -114,7 +174,8 @@ def set_interrupts(prog: "GraphProgram", before: Any, after: Any) -> None:
                                        hint=f"did you mean {close[0]!r}?" if close else f"steps: {', '.join(names)}")
     held = prog._held
     held.before, held.after = frozenset(before or ()), frozenset(after or ())
-    held.idle = not (held.before or held.after)
+    held.idle = not (held.before or held.after or held.asks)
+    held.threaded = True  # only the thread runner sets interrupts: in-step interrupts may pause
 
 
 def state_json(prog: "GraphProgram") -> str:
@@ -127,12 +188,13 @@ def state_json(prog: "GraphProgram") -> str:
                               hint="checkpointed states need JSON-compatible field types") from None
 
 
-def _payload(prog: "GraphProgram", step: str, branch: int, payload: Any) -> Any:
+def _payload(prog: "GraphProgram", step: str, branch: int, payload: Any,
+             what: str = "the Send payload of a pending branch") -> Any:
     from pydantic_core import to_jsonable_python
     try:
         return to_jsonable_python(payload)
     except Exception as exc:  # noqa: BLE001
-        raise CheckpointError(f"the Send payload of a pending branch is not JSON-serializable: {exc}",
+        raise CheckpointError(f"{what} is not JSON-serializable: {exc}",
                               program=prog.program_id or prog.name, step=step, branch=branch) from None
 
 
@@ -159,7 +221,9 @@ def snapshot(prog: "GraphProgram") -> dict[str, Any]:
         "outer": [[g, o] for g, o in getattr(prog, "_outer", {}).items()],
         "pending": [[b, step, _payload(prog, step, b, payload)]
                     for b, (step, payload) in sorted(prog._branches.items())],
-        "routes": [list(r) for r in held.routes],
+        "routes": [[step, b, _payload(prog, step, b, payload)] for step, b, payload in held.routes],
+        "asks": [[b, step, n, value] for b, (step, n, value) in sorted(held.asks.items())],
+        "answers": [[b, values] for b, values in sorted(held.answers.items()) if b in prog._branches],
         "interrupt": list(prog.interrupt) if prog.interrupt else None,
         "next": sorted({step for step, _ in prog._branches.values()}),
     }
@@ -186,7 +250,9 @@ def restore(prog: "GraphProgram", state: str, data: dict[str, Any]) -> None:
     prog._group_of = {b: g for b, g in data["group_of"]}
     prog._outer = {g: o for g, o in data.get("outer", [])}
     prog._branches = {b: (step, payload) for b, step, payload in data["pending"]}
-    prog._held.routes = [(s, b) for s, b in data["routes"]]
+    prog._held.routes = [(r[0], r[1], r[2] if len(r) > 2 else None) for r in data["routes"]]
+    prog._held.asks = {b: (step, n, value) for b, step, n, value in data.get("asks", [])}
+    prog._held.answers = {b: list(values) for b, values in data.get("answers", [])}
     prog._held.done_before = int(data["completed"])
     prog.interrupt = tuple(data["interrupt"]) if data.get("interrupt") else None  # type: ignore[assignment]
 
@@ -201,5 +267,5 @@ def edit_state(prog: "GraphProgram", values: dict[str, Any], *, overwrite: bool 
                  program=prog.program_id or prog.name, step="update_state")
 
 
-__all__ = ["Held", "edit_state", "hold_launch", "hold_route", "restore", "resume", "set_interrupts", "snapshot",
-           "state_json"]
+__all__ = ["Held", "ask", "edit_state", "hold_ask", "hold_launch", "hold_route", "restore", "resume",
+           "resume_interrupts", "set_interrupts", "snapshot", "state_json"]

@@ -56,7 +56,7 @@ def mermaid(c: "CompiledGraph") -> Mermaid:
             lines.append(f"    {n} --> {END}")
     if g.signals:
         names = ", ".join(s.name for s in g.signals)
-        policy = repr(c.policy) if c.policy is not None else "no policy"
+        policy = repr(c.policy).replace('"', "#quot;") if c.policy is not None else "no policy"  # its parameters
         lines.append(f'    certaindex{{{{"certaindex: {names}<br/>{policy}"}}}}')
         lines.append(f"    certaindex -. stop .-> {END}")
     return Mermaid("\n".join(lines) + "\n")

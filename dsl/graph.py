@@ -65,13 +65,15 @@ class StepSpec:
 
 @dataclass(slots=True)
 class BranchSpec:
-    """A conditional edge: ``router(state)`` picks successors (names, ``Send``s or ``END``)."""
+    """A conditional edge: ``router(state)`` (or ``router(state, ctx)``, ``takes_ctx``: the
+    finished branch's context) picks successors (names, ``Send``s or ``END``)."""
 
     source: str
-    router: Callable[[Any], Any]
+    router: Callable[..., Any]
     destinations: tuple[str, ...] | None
     max_fanout: int | None
     sends: bool
+    takes_ctx: bool = False
 
 
 @dataclass(slots=True)
@@ -148,11 +150,11 @@ class Graph:
             if step_name in self.steps or step_name in (START, END):
                 raise InvalidGraphError(f"step {step_name!r} is declared twice or uses a reserved name",
                                         program=self.name, step=step_name)
-            params = [p for p in inspect.signature(f).parameters.values()
-                      if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-            if not 1 <= len(params) <= 2:
+            n = sum(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+                    for p in inspect.signature(f).parameters.values())
+            if not 1 <= n <= 2:
                 raise InvalidGraphError("a step takes (state) or (state, ctx)", program=self.name, step=step_name)
-            self.steps[step_name] = StepSpec(step_name, f, inspect.iscoroutinefunction(f), len(params) == 2, fanout,
+            self.steps[step_name] = StepSpec(step_name, f, inspect.iscoroutinefunction(f), n == 2, fanout,
                                              max_fanout, knob, tuple(writes) if writes is not None else None,
                                              max_visits, elastic)
             if entry:
@@ -177,20 +179,23 @@ class Graph:
         """Re-run ``step`` after each of its branches finishes (bounded by knob cap and certaindex)."""
         return self.edge(step, step)
 
-    def branch(self, source: str, router: Callable[[Any], Any], *, destinations: list[str] | None = None,
+    def branch(self, source: str, router: Callable[..., Any], *, destinations: list[str] | None = None,
                max_fanout: int | None = None) -> "Graph":
         """Conditional edge: after ``source``, ``router(state)`` returns a step name, ``END``,
         a ``Send`` or a list of them. Destinations come from ``destinations`` or from the
         router's ``Literal[...]`` return hint (neither: a CT112 warning at compile); a router that
         returns ``Send``s needs ``max_fanout`` unless its targets are bounded by the knob cap.
         ``source`` may be ``START``: the router then picks (or ``Send``s) the first steps.
+        A router taking two arguments, ``router(state, ctx)``, also gets the context of the
+        branch that finished (``ctx.payload``, ``ctx.branch``, ``ctx.lane``, ``ctx.step``), so it can
+        hand each next branch its own input (``Send(step, payload)``).
         """
         self._open("add a branch")
         from certa.dsl.hints import router_destinations
         dests, sends = router_destinations(router)
         if destinations is not None:
             dests = tuple(destinations)
-        self.branches.append(BranchSpec(source, router, dests, max_fanout, sends))
+        self.branches.append(BranchSpec(source, router, dests, max_fanout, sends, _positional(router) == 2))
         return self
 
     def join(self, step: str, *, after: str) -> "Graph":
@@ -251,3 +256,13 @@ class Graph:
         """
         from certa.dsl.compiler import compile_graph
         return compile_graph(self, policy, name=name)
+
+
+def _positional(fn: Callable[..., Any]) -> int:
+    """How many positional parameters without a default a router has: 2 is ``(state, ctx)``
+    (``lambda s, n=n: ...``, a captured default, still takes the state alone)."""
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):  # a builtin without a signature: called with the state alone
+        return 1
+    return sum(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty for p in params)

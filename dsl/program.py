@@ -10,29 +10,31 @@ in-flight requests on the backend.
 from __future__ import annotations
 
 import asyncio
-import functools
 import inspect
 import itertools
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
 from certa.runtime.context import Context
-from certa.dsl.errors import ConflictingUpdateError, UnknownStepError
+from certa.dsl.errors import UnknownStepError
 from certa.runtime.errors import CertaError, ConfigError, LimitExceededError, StepFailedError
+from certa.runtime.checkpoint import StepInterrupt
 from certa.runtime.program import Program
 
 from certa.dsl import checkpointing
 from certa.dsl.graph import END, START, Send, StepSpec
+from certa.dsl.lanes import Lanes
 from certa.dsl.state import apply_update
+from certa.dsl.tasks import Finished, task_maker
 
 if TYPE_CHECKING:  # pragma: no cover
     from certa.dsl.compiler import CompiledGraph
 
 
-class GraphProgram(Program):
+class GraphProgram(Lanes, Program):
     """One run of a compiled graph. Create with ``compiled.new(**inputs)`` or let the Runtime do it."""
 
     def __init__(self, compiled: "CompiledGraph", inputs: dict[str, Any]) -> None:
@@ -50,7 +52,7 @@ class GraphProgram(Program):
         self.launches: Counter[str] = Counter()
         self.history: list[tuple[str, int]] = []  # (step, branch) in completion order
         self._tasks: dict[int, asyncio.Task] = {}  # branch -> its running task
-        self._done = _Finished()
+        self._done = Finished()
         self._branch_ids = itertools.count()
         self._fanouts = itertools.count()
         self._lanes: dict[int, tuple[int, int]] = {}  # branch -> (fan-out, lane) for branches of a fan-out
@@ -67,28 +69,32 @@ class GraphProgram(Program):
         self._outer: dict[int, int] = {}  # join group -> the group of the lanes it runs in (nested fan-outs)
         self._branches: dict[int, tuple[str, Any]] = {}  # branch launched, not finished -> (step, payload)
         self._held = checkpointing.Held()  # interrupts: branches and routes held while paused
-        self.interrupt: tuple[str, str] | None = None  # (step, "before" | "after") once an interrupt paused it
+        self.interrupt: tuple[str, str] | None = None  # (step, "before" | "after" | "during") once paused
+        self.cancelled: list[tuple[str, int]] = []  # (step, branch) the exit cancelled (aclose)
 
     # ---- Program interface ----------------------------------------------------------
     async def execute(self, ctx: Context) -> bool:
         if not self._started:
             self._started = True
-            self._ctx, self._new_task = ctx, _task_maker()
+            self._ctx, self._new_task = ctx, task_maker()
             g = self.compiled.graph
             if any(s == START for s, _ in g.edges) or any(b.source == START for b in g.branches):
                 self._route(START, None)
             else:
                 self._enter(g.entry_step or next(iter(g.steps)), None)
         elif self._ctx is None:  # restored from a checkpoint: relaunch its pending branches
-            self._ctx, self._new_task = ctx, _task_maker()
+            self._ctx, self._new_task = ctx, task_maker()
             checkpointing.resume(self)
         if not self._tasks:
             return self._more()
         done = self._done
         step, branch, update, exc = done.ready() or await done.get()  # ready(): no coroutine when one waits
         self._tasks.pop(branch, None)
-        self._branches.pop(branch, None)
+        pending = self._branches.pop(branch, None)
         if exc is not None:
+            if type(exc) is StepInterrupt:  # ctx.interrupt: the branch waits for Command(resume=...)
+                checkpointing.hold_ask(self, step, branch, pending or (step, None), exc)
+                return bool(self._tasks) or self._more()
             if isinstance(exc, CertaError):
                 exc.program, exc.step, exc.branch = exc.program or self.program_id, exc.step or step, exc.branch if exc.branch is not None else branch
                 raise exc
@@ -107,13 +113,14 @@ class GraphProgram(Program):
         self.history.append((step, branch))
         if step == self.compiled.knob_step:
             self.knob_used += 1
-        if self._held.idle or not checkpointing.hold_route(self, step, branch):  # held: routed on resume
-            self._after(step, branch)
+        payload = pending[1] if pending is not None else None
+        if self._held.idle or not checkpointing.hold_route(self, step, branch, payload):  # held: routed on resume
+            self._after(step, branch, payload)
         return bool(self._tasks) or self._more()
 
-    def _after(self, step: str, branch: int) -> None:
+    def _after(self, step: str, branch: int, payload: Any = None) -> None:
         """Route a finished, merged branch: launch its successors, then count it out of its join."""
-        self._route(step, branch)
+        self._route(step, branch, payload)
         self._lanes.pop(branch, None)
         self._finish_in_group(branch)
 
@@ -123,67 +130,6 @@ class GraphProgram(Program):
             return True
         self.interrupt = self._held.pause()
         return False
-
-    def _finish_in_group(self, branch: int) -> None:
-        """A branch in a joined fan-out's lanes finished, after its successors were launched
-        into the same group (:meth:`_route`): when it was the last one, enter the join once."""
-        group = self._group_of.pop(branch, None)
-        if group is not None:
-            self._release(group)
-
-    def _release(self, group: int) -> None:
-        """One member of ``group`` is done; at none left, enter its join step(s) in the enclosing
-        group (if the fan-out ran inside another's lanes) and release that group's hold on it."""
-        entry = self._groups[group]
-        entry[1] -= 1
-        if entry[1] == 0:
-            del self._groups[group]
-            outer = self._outer.pop(group, None)
-            for join in self._joins[entry[0]]:
-                self._enter(join, entry[0], group=outer)
-            if outer is not None:
-                self._release(outer)
-
-    def _new_group(self, step: str, outer: int | None = None) -> int | None:
-        """A join group for one fan-out of ``step`` (None when nothing joins it); inside the
-        lanes of ``outer``, the new group counts as one member of it until it is joined."""
-        if step not in self._joins:
-            return None
-        group = next(self._group_ids)
-        self._groups[group] = [step, 0]
-        if outer is not None:
-            self._outer[group] = outer
-            self._groups[outer][1] += 1
-        return group
-
-    def _drop_if_empty(self, group: int | None) -> None:
-        """A fan-out that launched nothing (knob cap, ``max_visits``) has nothing to join."""
-        if group is not None and self._groups.get(group, [None, 1])[1] == 0:
-            del self._groups[group]
-            outer = self._outer.pop(group, None)
-            if outer is not None:
-                self._release(outer)
-
-    def _check_conflicts(self, step: str, branch: int, update: dict[str, Any]) -> None:
-        """Two lanes of one fan-out may not both write a field that has no reducer (CT108)."""
-        lane = self._lanes.get(branch)
-        if lane is None:
-            return
-        fanout, index = lane
-        reducers, fields = self.compiled.reducers, None
-        for key in update:
-            if key in reducers:
-                continue
-            if fields is None:  # pydantic's model_fields costs ~0.5 us: only for a field without a reducer
-                fields = type(self.state).model_fields
-            if key not in fields:
-                continue
-            first = self._writers.setdefault((fanout, key), index)
-            if first != index:
-                raise ConflictingUpdateError(
-                    f"branches {first} and {index} of one fan-out both write {key!r}, which has no reducer",
-                    program=self.program_id, step=step, branch=branch,
-                    hint=f"annotate {key!r} with a reducer (e.g. ct.Appended[...]) or write it from one branch")
 
     def cap_reached(self) -> bool:
         """Never between steps: the graph enforces its cap when launching (:meth:`_launch`), so
@@ -231,6 +177,9 @@ class GraphProgram(Program):
 
     async def aclose(self) -> None:
         tasks = list(self._tasks.values())
+        if tasks:  # what the exit cancels (Result.cancelled)
+            self.cancelled = [(self._branches[b][0], b) for b, t in self._tasks.items()
+                              if not t.done() and b in self._branches]
         for t in tasks:
             t.cancel()
         if tasks:
@@ -257,20 +206,33 @@ class GraphProgram(Program):
     def edit_state(self, values: dict[str, Any], *, overwrite: bool = False) -> None:
         checkpointing.edit_state(self, values, overwrite=overwrite)
 
+    def interrupt_step(self, step: str, branch: int, value: Any) -> Any:
+        """``ctx.interrupt(value)`` of branch ``branch`` (see :func:`checkpointing.ask`)."""
+        return checkpointing.ask(self, step, branch, value)
+
+    def resume_interrupts(self, value: Any) -> None:
+        checkpointing.resume_interrupts(self, value)
+
     # ---- scheduling of branches -----------------------------------------------------
-    def _route(self, step: str, branch: int | None) -> None:
+    def _route(self, step: str, branch: int | None, payload: Any = None) -> None:
         """Launch what follows a finished branch; its successors join its join group (a join
-        after a fan-out waits for every later step of the fan-out's lanes)."""
+        after a fan-out waits for every later step of the fan-out's lanes). A loop continues
+        the branch's lane with its ``payload``; a router taking ``(state, ctx)`` sees the
+        finished branch's context (its ``payload``, ``branch``, ``lane``)."""
         g = self.compiled.graph
         outer = self._group_of.get(branch) if branch is not None else None
         for src, dst in g.edges:
             if src == step and dst != END:
-                self._enter(dst, step, branch)
+                self._enter(dst, step, branch, payload)
         for b in g.branches:
             if b.source != step:
                 continue
             try:
-                out = b.router(self.state)
+                if b.takes_ctx:
+                    assert self._ctx is not None
+                    out = b.router(self.state, self._ctx.child(step, -1 if branch is None else branch, payload))
+                else:
+                    out = b.router(self.state)
             except CertaError:
                 raise
             except Exception as exc:
@@ -297,7 +259,7 @@ class GraphProgram(Program):
                                  outer if own is None else own)
                 else:
                     self._check_step(x, step)
-                    self._enter(x, step, branch)
+                    self._enter(x, step, branch, payload)  # a route back to its own step continues the lane
             for group in groups.values():
                 self._drop_if_empty(group)
 
@@ -306,9 +268,11 @@ class GraphProgram(Program):
             raise UnknownStepError(f"router after {source!r} returned unknown step {name!r}",
                                    program=self.program_id, step=source)
 
-    def _enter(self, name: str, source: str | None, parent: int | None = None, *, group: int | None = None) -> None:
+    def _enter(self, name: str, source: str | None, parent: int | None = None, payload: Any = None, *,
+               group: int | None = None) -> None:
         """Enter step ``name`` after a ``parent`` branch of ``source`` (in its lane's join group),
-        or in ``group`` (a join entered by :meth:`_release`)."""
+        or in ``group`` (a join entered by :meth:`_release`); a loop (``source == name``) keeps
+        the lane's ``payload``."""
         spec = self.compiled.graph.steps[name]
         if source == name:  # a loop continues its own lane (in its fan-out): one new branch per finished branch
             n = 1
@@ -323,9 +287,9 @@ class GraphProgram(Program):
         if source == name:
             lane, group = (self._lanes.get(parent), self._group_of.get(parent)) if parent is not None else (None, None)
             if spec.elastic and lane is not None and self._ctx is not None:
-                self._continue_elastic(spec, lane, group)
+                self._continue_elastic(spec, lane, group, payload)
             else:
-                self._launch(spec, None, lane, group)
+                self._launch(spec, payload, lane, group)
             return
         fanout = next(self._fanouts) if n > 1 else None
         outer = self._group_of.get(parent) if parent is not None else group
@@ -334,7 +298,7 @@ class GraphProgram(Program):
             self._launch(spec, None, None if fanout is None else (fanout, i), outer if own is None else own)
         self._drop_if_empty(own)
 
-    def _continue_elastic(self, spec: StepSpec, lane: tuple[int, int], group: int | None) -> None:
+    def _continue_elastic(self, spec: StepSpec, lane: tuple[int, int], group: int | None, payload: Any = None) -> None:
         """Continue a lane of an elastic fan-out (``Graph.step(elastic=True)``): beside it, up to
         ``fanout`` new lanes while the scheduler has idle capacity beyond one more fan-out's width
         and nobody waits, for work the program is expected to still do (``Context.spare_slots``:
@@ -345,11 +309,11 @@ class GraphProgram(Program):
         spare = self._ctx.spare_slots(keep=width)
         if lane[1] < 0 and spare <= 0:  # an added lane, and the room is wanted
             return
-        self._launch(spec, None, lane, group)
+        self._launch(spec, payload, lane, group)
         for _ in range(min(spare - 1, width)):
             if self.hit_cap:
                 return
-            self._launch(spec, None, (lane[0], None), group)
+            self._launch(spec, payload, (lane[0], None), group)
 
     def _launch(self, spec: StepSpec, payload: Any, lane: tuple[int, int | None] | None = None,
                 group: int | None = None) -> None:
@@ -396,49 +360,8 @@ class GraphProgram(Program):
             item = (spec.name, ctx.branch, out, None)
         except asyncio.CancelledError:
             raise
-        except Exception as exc:  # delivered to execute(), which names program/step/branch
+        except (Exception, StepInterrupt) as exc:  # delivered to execute(), which names program/step/branch
             item = (spec.name, ctx.branch, None, exc)
         if listening:
             ctx.emit("step_end", ok=item[3] is None, update=item[2])
         self._done.put(item)
-
-
-
-def _task_maker() -> Callable[[Coroutine[Any, Any, None]], asyncio.Task[None]]:
-    """How this run's loop starts a branch task: ``asyncio.Task`` itself on a loop without a
-    task factory (``loop.create_task`` adds three Python calls a step: ~2% of one), else
-    ``loop.create_task`` (a factory the user set is honoured; uvloop's is native)."""
-    loop = asyncio.get_running_loop()
-    if isinstance(loop, asyncio.BaseEventLoop) and loop.get_task_factory() is None:
-        return functools.partial(asyncio.Task, loop=loop)
-    return loop.create_task
-
-
-class _Finished:
-    """Finished branches in completion order, for one consumer (:meth:`GraphProgram.execute`):
-    what ``asyncio.Queue`` did here, without its bookkeeping for many getters and a size cap."""
-
-    __slots__ = ("_items", "_waiter")
-
-    def __init__(self) -> None:
-        self._items: deque[tuple[Any, ...]] = deque()
-        self._waiter: asyncio.Future[None] | None = None
-
-    def put(self, item: tuple[Any, ...]) -> None:
-        self._items.append(item)
-        waiter = self._waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
-
-    def ready(self) -> tuple[Any, ...] | None:
-        """The next finished branch if one is waiting, else None (then ``await get()``)."""
-        return self._items.popleft() if self._items else None
-
-    async def get(self) -> tuple[Any, ...]:
-        while not self._items:
-            self._waiter = asyncio.get_running_loop().create_future()
-            try:
-                await self._waiter
-            finally:
-                self._waiter = None
-        return self._items.popleft()

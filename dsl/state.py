@@ -2,7 +2,10 @@
 
 A state is a pydantic model; a field annotated ``Annotated[T, reducer]`` merges concurrent
 updates with ``reducer(old, new)`` instead of overwriting. ``Appended[list[str]]`` is
-shorthand for ``Annotated[list[str], append]``.
+shorthand for ``Annotated[list[str], append]``: an update gives it a list (or tuple) of new
+items. ``Overwrite(value)`` sets a reducer field as given, past its reducer. Values are
+checked strictly against the field's type: a ``"408"`` for a ``list[str]`` or ``int`` field,
+or a bare item for an ``Appended`` list, is CT113, never coerced.
 
 Example:
     >>> class S(State):
@@ -10,9 +13,11 @@ Example:
     ...     answers: Appended[list[str]] = []
     ...     best: Annotated[float, max_] = 0.0
     >>> s = S(question="q")
-    >>> apply_update(s, {"answers": "18", "best": 0.4}, reducers_of(S)); apply_update(s, {"answers": ["20"], "best": 0.2}, reducers_of(S))
+    >>> apply_update(s, {"answers": ["18"], "best": 0.4}, reducers_of(S)); apply_update(s, {"answers": ["20"], "best": 0.2}, reducers_of(S))
     >>> s.answers, s.best
     (['18', '20'], 0.4)
+    >>> apply_update(s, {"answers": Overwrite(["7"])}, reducers_of(S)); s.answers
+    ['7']
 """
 
 from __future__ import annotations
@@ -56,7 +61,7 @@ def _as_list(new: Any) -> list[Any]:
 
 
 append = Reducer(lambda old, new: [*(old or []), *_as_list(new)], "append")
-"""Append one item (or each item of a list/tuple) to a list field."""
+"""Append the items of a list/tuple to a list field (a step update giving a bare item is CT113)."""
 
 extend = Reducer(lambda old, new: [*(old or []), *new], "extend")
 """Extend a list field with an iterable."""
@@ -66,6 +71,21 @@ min_ = Reducer(lambda old, new: new if old is None else min(old, new), "min")
 add = Reducer(lambda old, new: new if old is None else old + new, "add")
 merge = Reducer(lambda old, new: {**(old or {}), **new}, "merge")
 """Merge a dict update into a dict field."""
+
+
+class Overwrite:
+    """An update value that replaces a reducer field instead of merging (LangGraph's
+    ``Overwrite``): ``return {"answers": ct.Overwrite([])}`` empties an ``Appended`` list. The
+    value is checked against the field's type like any other; two lanes of one fan-out may not
+    both overwrite one field (CT108)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def __repr__(self) -> str:
+        return f"Overwrite({self.value!r})"
 
 
 class Appended:
@@ -191,14 +211,13 @@ def apply_update(state: BaseModel, update: dict[str, Any], reducers: dict[str, C
                 object.__setattr__(state, key, value)
                 continue
         elif check.items and (r is append or r is extend):  # the fast path of list fields: new items only
-            items = value if r is extend or type(value) is list or type(value) is tuple else [value]
-            if type(items) is list or type(items) is tuple:
+            if type(value) is list or type(value) is tuple:
                 ok = check.items
-                for x in items:
+                for x in value:
                     if type(x) not in ok:
                         break
-                else:  # what append/extend return, without the calls: [*(old or []), *items]
-                    object.__setattr__(state, key, [*(getattr(state, key) or ()), *items])
+                else:  # what append/extend return, without the calls: [*(old or []), *value]
+                    object.__setattr__(state, key, [*(getattr(state, key) or ()), *value])
                     continue
         elif type(value) in check.exact:  # e.g. max_ over floats: merge, and check the merged value's type
             new = _merge(r, getattr(state, key), value, key, program, step, branch)
@@ -206,9 +225,15 @@ def apply_update(state: BaseModel, update: dict[str, Any], reducers: dict[str, C
                 object.__setattr__(state, key, new)
                 continue
         where = {"program": program, "step": step, "branch": branch}
+        if type(value) is Overwrite:  # past the reducer: set as given (checked below)
+            value, r = value.value, None
         found = _awaitable_in(value)
         if found is not None:
             raise _refuse_awaitable(found, key, where)
+        if (r is append or r is extend) and not isinstance(value, (list, tuple)):
+            raise InvalidUpdateError(f"step gave {key!r} a {type(value).__name__} ({value!r:.40}); its reducer "
+                                     f"{r.name!r} takes a list of new items", **where,
+                                     hint=f"return {{{key!r}: [{value!r:.40}]}} to add one item")
         new = value if r is None else _merge(r, getattr(state, key), value, key, program, step, branch)
         if check.any or (type(new) in check.exact):
             object.__setattr__(state, key, new)
@@ -217,9 +242,10 @@ def apply_update(state: BaseModel, update: dict[str, Any], reducers: dict[str, C
 
 
 def _validate_into(state: BaseModel, key: str, new: Any, value: Any, where: dict[str, Any]) -> None:
-    """The slow path: pydantic validates (and coerces, as the model's constructor would) ``new``."""
+    """The slow path: pydantic validates ``new`` strictly (no ``"408"`` -> ``408``, no str -> list;
+    an int is still a float, a dict a nested model), custom validators included."""
     try:
-        type(state).__pydantic_validator__.validate_assignment(state, key, new)
+        type(state).__pydantic_validator__.validate_assignment(state, key, new, strict=True)
     except ValidationError as exc:
         err = exc.errors()[0]
         loc = ".".join(map(str, err["loc"]))
@@ -228,5 +254,5 @@ def _validate_into(state: BaseModel, key: str, new: Any, value: Any, where: dict
                                  **where) from None
 
 
-__all__ = ["Annotated", "Appended", "Extended", "Reducer", "State", "add", "append", "apply_update", "extend",
-           "max_", "merge", "min_", "reducers_of"]
+__all__ = ["Annotated", "Appended", "Extended", "Overwrite", "Reducer", "State", "add", "append", "apply_update",
+           "extend", "max_", "merge", "min_", "reducers_of"]

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from certa.runtime.errors import CheckpointError
-from certa.runtime.result import Result
+from certa.runtime.result import Result, jsonable
 
 RUNNING, INTERRUPTED = "running", "interrupted"
 """Checkpoint statuses of a thread that has not finished; any other status is its exit reason."""
@@ -85,11 +85,14 @@ class Checkpoint:
 
     @property
     def interrupt(self) -> "Interrupt | None":
-        """Why the thread is paused (the interrupt that held it), or None."""
+        """Why the thread is paused (the interrupt that held it, and what in-step interrupts
+        ask), or None."""
         held = self.data.get("interrupt")
         if self.status != INTERRUPTED or not held:
             return None
-        return Interrupt(self.thread_id, held[0], held[1], self.next)
+        asks = tuple(Ask(f"{step}:{branch}:{index}", step, branch, value)
+                     for branch, step, index, value in self.data.get("asks", []))
+        return Interrupt(self.thread_id, held[0], held[1], self.next, asks)
 
     def to_row(self) -> dict[str, Any]:
         """The stored form: plain values and JSON text, keyed by :data:`COLUMNS`."""
@@ -112,17 +115,66 @@ class Checkpoint:
 
 
 @dataclass(frozen=True)
+class Ask:
+    """One in-step interrupt waiting for its value: ``ctx.interrupt(value)`` in branch ``branch``
+    of ``step``; ``id`` (``"step:branch:n"``, its n-th interrupt) keys ``Command(resume={id: ...})``."""
+
+    id: str
+    step: str
+    branch: int
+    value: Any = None
+
+
+@dataclass(frozen=True)
 class Interrupt:
-    """A paused thread: ``when`` (``"before"``/``"after"``) ``step`` held it; ``next``: the steps
-    of the branches waiting to run. Resume with another ``runtime.run`` on ``thread_id``."""
+    """A paused thread: ``when`` (``"before"``/``"after"``/``"during"``) ``step`` held it;
+    ``next``: the steps of the branches waiting to run; ``asks``: the in-step interrupts
+    (``ctx.interrupt(value)``) waiting for a value, ``value`` the first one's. Resume with
+    another ``runtime.run`` on ``thread_id`` (with ``command=Command(resume=...)`` for asks)."""
 
     thread_id: str
     step: str
-    when: Literal["before", "after"]
+    when: Literal["before", "after", "during"]
     next: tuple[str, ...] = ()
+    asks: tuple[Ask, ...] = ()
+
+    @property
+    def value(self) -> Any:
+        """What the first in-step interrupt asked (``ctx.interrupt(value)``), or None."""
+        return self.asks[0].value if self.asks else None
 
     def __str__(self) -> str:
-        return f"thread {self.thread_id!r} interrupted {self.when} step {self.step!r}"
+        what = f"thread {self.thread_id!r} interrupted {self.when} step {self.step!r}"
+        return what + (f": {self.value!r:.80}" if self.asks else "")
+
+
+_UNSET: Any = type("_Unset", (), {"__repr__": lambda self: "<unset>"})()
+
+
+@dataclass(frozen=True)
+class Command:
+    """Resume a paused thread (LangGraph's ``Command``): ``runtime.run(program, thread_id=t,
+    command=Command(resume=v))``. ``resume``: what each waiting ``ctx.interrupt(...)`` returns when
+    its step runs again (a dict keyed by :attr:`Ask.id` gives each its own; any other value goes
+    to all); ``update``: a state edit applied first, validated and merged like
+    ``runtime.update_state`` (saved as an ``update`` checkpoint)."""
+
+    resume: Any = _UNSET
+    update: dict[str, Any] | None = None
+
+    @property
+    def resumes(self) -> bool:
+        return self.resume is not _UNSET
+
+
+class StepInterrupt(BaseException):
+    """Raised by ``ctx.interrupt(value)`` to pause the running step until its thread is resumed
+    with a value. A ``BaseException`` (as ``asyncio.CancelledError`` is) so that a step's
+    ``except Exception`` does not swallow it; the graph catches it and pauses the program."""
+
+    def __init__(self, value: Any, index: int) -> None:
+        super().__init__(value)
+        self.value, self.index = value, index
 
 
 @dataclass
@@ -136,7 +188,8 @@ class InterruptedResult(Result):
         out = super().summary()
         if self.interrupt is not None:
             out["interrupt"] = {"thread_id": self.interrupt.thread_id, "step": self.interrupt.step,
-                                "when": self.interrupt.when, "next": list(self.interrupt.next)}
+                                "when": self.interrupt.when, "next": list(self.interrupt.next),
+                                "asks": [{"id": a.id, "value": jsonable(a.value)} for a in self.interrupt.asks]}
         return out
 
 
@@ -213,5 +266,5 @@ class MemoryCheckpointer(Checkpointer):
             self._rows.pop(thread_id, None)
 
 
-__all__ = ["COLUMNS", "Checkpoint", "Checkpointer", "INTERRUPTED", "Interrupt", "InterruptedResult",
-           "MemoryCheckpointer", "RUNNING"]
+__all__ = ["COLUMNS", "Ask", "Checkpoint", "Checkpointer", "Command", "INTERRUPTED", "Interrupt", "InterruptedResult",
+           "MemoryCheckpointer", "RUNNING", "StepInterrupt"]

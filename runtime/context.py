@@ -14,7 +14,8 @@ from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any, Literal, overload
 
 from certa.runtime.backends.base import probe_kwargs
-from certa.runtime.errors import BackendError, CertaError, LimitExceededError
+from certa.runtime.errors import BackendError, CertaError, ConfigError, LimitExceededError
+from certa.runtime.seeds import call_salt, salted
 from certa.runtime.token_stream import _TOKENS, TokenStream, token_emitter, tokens_wanted
 from certa.runtime.types import GenRequest, GenResult, ScoreRequest, ScoreResult, TokenKind
 
@@ -30,7 +31,8 @@ class Context:
 
     Attributes:
         step: name of the running step; ``branch``: its branch index; ``payload``: the value
-        a fan-out ``Send`` carried to this branch (or None).
+        a fan-out ``Send`` carried to this branch (or None; a ``g.loop`` keeps it); ``lane``
+        (property): its index in its fan-out.
     """
 
     __slots__ = ("run", "step", "branch", "payload")
@@ -80,6 +82,8 @@ class Context:
                  top_k: int, seed: int | None, stop, logprobs: int, chat: bool, prefix_hint: str | None) -> GenRequest:
         self._check_limits(prompt, max_tokens)
         pid = self.run.program.program_id
+        if seed is not None and self.run.salt is not None:  # a sub-program: its call path salts the seed
+            seed = salted(seed, self.run.salt)
         return GenRequest(prompt=prompt, max_tokens=max_tokens, temperature=temperature, top_p=top_p,
                           top_k=top_k, seed=seed, stop=tuple([stop] if isinstance(stop, str) else stop),
                           rid=self._rid(), program_id=pid, step=self.step, branch=self.branch, kind=kind,
@@ -137,9 +141,18 @@ class Context:
     async def call(self, program: Any, /, **inputs: Any) -> "Result":
         """Run a sub-program (compiled graph or Program) to completion as part of this step.
 
-        Its tokens count toward this program too; cancelling this step cancels it.
+        Its tokens count toward this program too; cancelling this step cancels it. The seeds
+        its requests carry are salted with its call path (:mod:`certa.runtime.seeds`), so
+        ``seed=ctx.branch`` in it differs from call to call, deterministically.
         """
-        result = await self.run.runtime._run(program, inputs, parent=self.run)
+        run = self.run
+        calls = run.calls if run.calls is not None else {}
+        run.calls = calls
+        index = calls.get((self.step, self.branch), 0)  # the how-many-th call of this branch (same order each run)
+        calls[(self.step, self.branch)] = index + 1
+        name = getattr(program, "name", None) or getattr(program, "__name__", None) or type(program).__name__
+        salt = call_salt(run.salt, self.step, self.branch, index, str(name))
+        result = await run.runtime._run(program, inputs, parent=run, salt=salt)
         if result.error is not None and not isinstance(result.error, asyncio.CancelledError):
             raise result.error
         return result
@@ -149,6 +162,29 @@ class Context:
         ``child.answer``, ``child.certaindex``; :mod:`certa.runtime.subprogram`). Its tokens
         count toward this program; it is cancelled if still running when this program ends."""
         return self.run.runtime.spawn(program, inputs, parent=self.run)
+
+    def interrupt(self, value: Any = None) -> Any:
+        """Pause this step for a human (LangGraph's ``interrupt``): the program pauses once its
+        other branches in flight finish, and ``run`` returns an ``InterruptedResult`` whose
+        ``interrupt.value`` is ``value``. Resumed with ``command=Command(resume=answer)``, the
+        step runs again from its beginning and this call returns ``answer`` (the n-th call of a
+        step gets the n-th answer). Needs a compiled graph run on a thread (``thread_id=``):
+        CT300 otherwise, also in a ``ctx.call`` sub-program. Do not catch the exception it raises
+        (a ``BaseException``, like ``CancelledError``); requests sent before it are sent again
+        when the step runs again, so interrupt first, or in a step of its own."""
+        ask = getattr(self.run.program, "interrupt_step", None)
+        if ask is None:
+            raise ConfigError(f"ctx.interrupt needs a compiled graph; program {self.program_id!r} is not one",
+                              program=self.program_id, step=self.step, branch=self.branch)
+        return ask(self.step, self.branch, value)
+
+    @property
+    def lane(self) -> int:
+        """This branch's lane in the fan-out that launched it: ``i`` of ``fanout=n`` (0..n-1) or
+        the index of its ``Send`` in the router's list, kept by a ``g.loop`` continuing it
+        (lanes an elastic fan-out adds are negative); 0 for a branch of no fan-out."""
+        lane_of = getattr(self.run.program, "lane_of", None)
+        return lane_of(self.branch) if lane_of is not None else 0
 
     def emit(self, kind: str, **data: Any) -> None:
         """Publish an event for this step and branch on the runtime's event stream (a no-op

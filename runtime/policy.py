@@ -1,14 +1,16 @@
 """Stopping policies: read a Program between steps and say continue or stop.
 
-Built-ins here are the paper's threshold rule and the two baselines; ``certa.algorithms``
-adds Pareto curves and the published SC stopping rules on the same interface.
+Built-ins here are the paper's threshold rule (checked when the knob reaches its detection
+step), :class:`Watch` (the same rule checked after every finished branch) and the two
+baselines; ``certa.algorithms`` adds Pareto curves and the published SC stopping rules on the
+same interface. Every policy prints as its parameters (``repr``, what ``draw()`` shows).
 
 Example:
     >>> p = Threshold(0.6, detect_at=4)
     >>> p.requires_certaindex
     True
-    >>> Even(8).to_dict()
-    {'kind': 'even', 'cap': 8}
+    >>> Even(8).to_dict(), Watch(0.8, detect_at=2)
+    ({'kind': 'even', 'cap': 8}, Watch(tau=0.8, detect_at=2, min_samples=1))
 """
 
 from __future__ import annotations
@@ -33,13 +35,13 @@ class Decision:
 CONTINUE = Decision(False)
 
 
-def _count(v: Any) -> bool:
-    """A whole number >= 1 (not a bool)."""
+def is_count(v: Any) -> bool:
+    """A whole number >= 1 (not a bool): what policies' counts (``min_samples``, ...) must be."""
     return isinstance(v, int) and not isinstance(v, bool) and v >= 1
 
 
-def _unit(v: Any) -> bool:
-    """A number in [0, 1] (not a bool)."""
+def is_unit(v: Any) -> bool:
+    """A number in [0, 1] (not a bool): what policies' thresholds must be."""
     return isinstance(v, (int, float)) and not isinstance(v, bool) and 0.0 <= v <= 1.0
 
 
@@ -62,8 +64,22 @@ class Policy(abc.ABC):
         cap = self.budget_cap(program)
         return 0.0 if cap is None else max(0.0, cap - program.knob_value)
 
+    def validate(self, program: "Program") -> None:
+        """Check, before ``program`` runs its first step, that this policy can decide on it
+        (e.g. the answer rules need ``state.answers``): raise ``ConfigError`` now instead of
+        after the program spent tokens. Default: nothing to check."""
+
     def to_dict(self) -> dict[str, Any]:
         raise NotImplementedError
+
+    def __repr__(self) -> str:
+        """The policy as its parameters, ``Name(a=1, b=2)`` (from ``to_dict``, else its public
+        attributes), so ``draw()`` and logs show what it does, not an object address."""
+        try:
+            params = {k: v for k, v in self.to_dict().items() if k != "kind"}
+        except NotImplementedError:
+            params = {k: v for k, v in getattr(self, "__dict__", {}).items() if not k.startswith("_")}
+        return f"{type(self).__name__}({', '.join(f'{k}={v!r}' for k, v in params.items())})"
 
     @staticmethod
     def from_dict(data: dict[str, Any], kinds: "Registry[Policy] | None" = None) -> "Policy":
@@ -83,17 +99,23 @@ class Policy(abc.ABC):
 
 
 def crossed(program: "Program", start: int, every: int | None) -> bool:
-    """True if the knob crossed a checkpoint ``start, start+every, ...`` since the last check."""
+    """True if the knob crossed a checkpoint ``start, start+every, ...`` since the last check,
+    or has not moved since it crossed one: a certaindex measured later at the same knob value
+    (a join's, after the units it joins) is checked at once, not a knob unit later."""
+    marks = program.policy_marks
     now = program.knob_value
-    prev = program.policy_marks.get("checked_knob", -1)
-    program.policy_marks["checked_knob"] = now
+    prev = marks.get("checked_knob", -1)
+    if now == prev:
+        return marks.get("check_open", False)
+    marks["checked_knob"] = now
     if now < start:
-        return False
-    if prev < start:
-        return True
-    if not every:
-        return False
-    return (now - start) // every > (prev - start) // every
+        hit = False
+    elif prev < start:
+        hit = True
+    else:
+        hit = bool(every) and (now - start) // every > (prev - start) // every  # type: ignore[operator]
+    marks["check_open"] = hit
+    return hit
 
 
 class Threshold(Policy):
@@ -109,9 +131,9 @@ class Threshold(Policy):
     def __init__(self, tau: float | dict[str, float], detect_at: int = 1, every: int | None = None,
                  min_samples: int = 1) -> None:
         taus = tau.values() if isinstance(tau, dict) else [tau]
-        if not taus or not all(_unit(t) for t in taus):
+        if not taus or not all(is_unit(t) for t in taus):
             raise ConfigError(f"threshold tau must be in [0, 1], got {tau}")
-        if not (_count(detect_at) and (every is None or _count(every)) and _count(min_samples)):
+        if not (is_count(detect_at) and (every is None or is_count(every)) and is_count(min_samples)):
             raise ConfigError(f"Threshold detect_at, every and min_samples must be >= 1, got {detect_at}, {every}, "
                               f"{min_samples}")
         self.tau, self.detect_at, self.every, self.min_samples = tau, detect_at, every, min_samples
@@ -149,11 +171,15 @@ class Threshold(Policy):
         c = program.certaindex
         if nxt is None or nxt > cap or c is None:
             return float(max(0, cap - k))
+        return float(nxt - k) + self.doubt(program) * (cap - nxt)
+
+    def doubt(self, program: "Program") -> float:
+        """How far the certaindex is from passing, in [0, 1]: ``1 - min(1, c / tau)`` (per-signal
+        thresholds: 0 when all pass, else 1); the share of the rest a program is expected to run."""
         if isinstance(self.tau, dict):
-            unsure = 0.0 if self.passes(program) else 1.0
-        else:
-            unsure = 1.0 - min(1.0, c / self.tau) if self.tau > 0 else 0.0
-        return float(nxt - k) + unsure * (cap - nxt)
+            return 0.0 if self.passes(program) else 1.0
+        c = program.certaindex or 0.0
+        return 1.0 - min(1.0, c / self.tau) if self.tau > 0 else 0.0
 
     def to_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, "tau": self.tau, "detect_at": self.detect_at, "every": self.every,
@@ -161,6 +187,45 @@ class Threshold(Policy):
 
     def __repr__(self) -> str:
         return f"Threshold(tau={self.tau}, detect_at={self.detect_at}, every={self.every})"
+
+
+class Watch(Threshold):
+    """Stop as soon as certaindex >= ``tau`` after any finished branch, once ``detect_at`` knob
+    units are spent: checked after every ``execute()`` (every finished branch of every step,
+    joins included), not only when the knob reaches a detection step as :class:`Threshold` is.
+
+    Example:
+        >>> Watch({"agreement": 0.9}, detect_at=3).to_dict()["kind"]
+        'watch'
+    """
+
+    kind = "watch"
+
+    def __init__(self, tau: float | dict[str, float], detect_at: int = 1, min_samples: int = 1) -> None:
+        super().__init__(tau, detect_at=detect_at, every=None, min_samples=min_samples)
+
+    def decide(self, program: "Program") -> Decision:
+        if program.knob_value >= max(self.detect_at, self.min_samples) and self.passes(program):
+            return Decision(True, "certaindex")
+        return CONTINUE
+
+    def expected_remaining(self, program: "Program") -> float:
+        """Like :meth:`Threshold.expected_remaining` with a check at every knob value past the start."""
+        cap = self.budget_cap(program)
+        c = program.certaindex
+        if cap is None or c is None:
+            return super().expected_remaining(program)
+        k, start = program.knob_value, max(self.detect_at, self.min_samples)
+        nxt = max(k, start)
+        if nxt > cap:
+            return float(max(0, cap - k))
+        return float(nxt - k) + self.doubt(program) * (cap - nxt)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "tau": self.tau, "detect_at": self.detect_at, "min_samples": self.min_samples}
+
+    def __repr__(self) -> str:
+        return Policy.__repr__(self)
 
 
 class _Budget(Policy):
@@ -172,7 +237,7 @@ class _Budget(Policy):
     reason: ClassVar[str]
 
     def __init__(self, budget: int) -> None:
-        if not _count(budget):
+        if not is_count(budget):
             raise ConfigError(f"{type(self).__name__} {self.arg} must be >= 1, got {budget!r}")
         setattr(self, self.arg, budget)
 
@@ -226,3 +291,5 @@ POLICY_KINDS.register(Threshold.kind, Threshold, help="stop once certaindex >= t
                       "(and every `every` knob units after)")
 POLICY_KINDS.register(Even.kind, Even, help="baseline: a fixed knob budget for every program")
 POLICY_KINDS.register(Length.kind, Length, help="baseline: stop at a decode-token budget")
+POLICY_KINDS.register(Watch.kind, Watch, help="stop once certaindex >= tau after any finished branch (from "
+                      "detect_at knob units on)")

@@ -21,15 +21,18 @@ T = TypeVar("T")
 class ProgramRun:
     """Bookkeeping for one running program: rids in flight, open sequences, counters."""
 
-    __slots__ = ("runtime", "program", "backend", "info", "inflight", "sequences", "rid_counter", "parent", "pace",
-                 "children")
+    __slots__ = ("runtime", "program", "backend", "info", "inflight", "sequences", "rid_counter", "parent", "salt",
+                 "calls", "aborted", "pace", "children")
 
     def __init__(self, runtime: "Runtime", program: Program, parent: "ProgramRun | None",
-                 pace: Callable[[], Awaitable[None]] | None = None) -> None:
+                 salt: int | None = None, pace: Callable[[], Awaitable[None]] | None = None) -> None:
         self.runtime = runtime
         self.program = program
         self.backend = runtime.backend
         self.parent = parent
+        self.salt = salt  # a sub-program's seed salt (certa.runtime.seeds); None for a root program
+        self.calls: dict[tuple[str, int], int] | None = None  # (step, branch) -> sub-programs it called
+        self.aborted: list[str] = []  # rids aborted while the program was being closed (Result.aborted)
         self.pace = pace  # a spawned sub-program's gate: one step per permit (certa.runtime.subprogram)
         self.children: list[Any] = []  # sub-programs started with ctx.spawn, cancelled with this run
         self.inflight: set[str] = set()
@@ -49,6 +52,7 @@ class ProgramRun:
         if rid not in self.inflight:
             return
         self.inflight.discard(rid)
+        self.aborted.append(rid)
         try:
             await self.backend.abort(rid)
         except Exception:  # noqa: BLE001 - a failing abort must not hide why we abort

@@ -26,7 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from certa.runtime.backends.base import Backend
-from certa.runtime.checkpoint import Checkpoint, Checkpointer
+from certa.runtime.checkpoint import Checkpoint, Checkpointer, Command
 from certa.runtime.context import Context
 from certa.runtime.deadlines import Deadlines
 from certa.runtime.driver import drive
@@ -35,11 +35,11 @@ from certa.runtime.events import EventBus
 from certa.runtime.program import Program
 from certa.runtime.limits import RetryPolicy, RuntimeLimits
 from certa.runtime.program_run import ProgramRun
-from certa.runtime.result import Result
+from certa.runtime.result import Result, result_of
 from certa.runtime.scheduling.scheduler import Scheduler
 from certa.runtime.scheduling.policies import remaining_steps
 from certa.runtime.threads import ThreadRun
-from certa.runtime.streaming import ProgramStream, StreamMode
+from certa.runtime.streaming import ProgramStream, StreamMode, values_emitter
 from certa.runtime.subprogram import Child
 from certa.runtime.types import CertaindexPoint
 
@@ -89,7 +89,8 @@ class Runtime:
         return {pid: r.program for pid, r in self._active.items()}
 
     async def run(self, program: Any, /, *, return_errors: bool = False, thread_id: str | None = None,
-                  interrupt_before: Sequence[str] = (), interrupt_after: Sequence[str] = (), **inputs: Any) -> Result:
+                  interrupt_before: Sequence[str] | None = None, interrupt_after: Sequence[str] | None = None,
+                  command: Command | None = None, **inputs: Any) -> Result:
         """Run ``program`` (a Program, a Program class, or a compiled graph) with ``inputs``.
 
         A program that ends with an error raises it: the coded :class:`CertaError` (bad inputs
@@ -106,35 +107,36 @@ class Runtime:
         given they must be the thread's, CT220). A finished thread returns its result again.
         ``interrupt_before`` / ``interrupt_after``: step names that pause the run (exit reason
         ``interrupted``, an :class:`~certa.runtime.checkpoint.InterruptedResult` naming the
-        step) for :meth:`update_state`; see docs/concepts.md "Checkpoints and interrupts".
+        step) for :meth:`update_state`; a run resumed after a crash keeps its run's interrupts
+        unless given others. ``command``: a :class:`~certa.runtime.checkpoint.Command` resuming a
+        thread whose step paused in ``ctx.interrupt(value)`` (``resume=``: what it returns) or
+        editing its state first (``update=``). See docs/concepts.md "Checkpoints and interrupts".
         """
-        if thread_id is not None or interrupt_before or interrupt_after:
-            return await self._run_thread(program, inputs, thread_id, interrupt_before, interrupt_after,
-                                          return_errors)
-        result = await self._run(program, inputs, parent=None)
+        if thread_id is None and not interrupt_before and not interrupt_after and command is None:
+            result = await self._run(program, inputs, parent=None)  # the plain run: one frame fewer than _start
+        else:
+            result = await self._start(program, inputs, thread_id, interrupt_before, interrupt_after, command)
         if result.error is not None and not return_errors:
             raise result.error from result.error.__cause__
         return result
 
-    async def _run_thread(self, program: Any, inputs: dict[str, Any], thread_id: Any, before: Sequence[str],
-                          after: Sequence[str], return_errors: bool) -> Result:
-        """``run`` on a checkpointed thread (one run of a thread at a time: CT220)."""
+    async def _start(self, program: Any, inputs: dict[str, Any], thread_id: str | None = None,
+                     before: Sequence[str] | None = None, after: Sequence[str] | None = None,
+                     command: Command | None = None) -> Result:
+        """A root program's run (``run``, ``stream``): on its thread when it has one; errors on the Result."""
+        if thread_id is None and not before and not after and command is None:
+            return await self._run(program, inputs, parent=None)
         try:
-            thread = ThreadRun(self, thread_id, before, after).__enter__()
-        except CertaError as exc:  # no checkpointer, a bad thread id, the thread already running
-            if not return_errors:
-                raise
+            thread = ThreadRun(self, thread_id, before, after, command).__enter__()
+        except CertaError as exc:  # no checkpointer, a bad thread id or command, the thread already running
             name = getattr(program, "name", None) or getattr(program, "__name__", type(program).__name__)
             return Result(program_id=f"{name}@{thread_id}", name=name, answer=None, state=None,
                           exit_reason="error", error=exc)
         try:
-            self._thread_programs[thread_id] = program
-            result = await self._run(program, inputs, parent=None, thread=thread)
+            self._thread_programs[thread_id] = program  # type: ignore[index]
+            return await self._run(program, inputs, parent=None, thread=thread)
         finally:
             thread.__exit__()
-        if result.error is not None and not return_errors:
-            raise result.error from result.error.__cause__
-        return result
 
     def spawn(self, program: Any, inputs: dict[str, Any], *, parent: ProgramRun) -> Child:
         """Start ``program`` as a live sub-program of ``parent`` (``Context.spawn``): bad inputs
@@ -146,13 +148,17 @@ class Runtime:
         return child
 
     async def _run(self, program: Any, inputs: dict[str, Any], *, parent: ProgramRun | None,
-                   thread: ThreadRun | None = None, pace: Callable[[], Awaitable[None]] | None = None) -> Result:
-        """Run a program; with ``parent`` as that program's sub-program (``Context.call``); with
+                   thread: ThreadRun | None = None, salt: int | None = None,
+                   pace: Callable[[], Awaitable[None]] | None = None) -> Result:
+        """Run a program; with ``parent`` as that program's sub-program (``Context.call``; ``salt``
+        salts its seeds, :mod:`certa.runtime.seeds`; ``Context.spawn``: ``pace`` steps it); with
         ``thread`` restored from and checkpointed to its thread."""
         if parent is not None:
             self._check_call(parent)
         try:
             prog = thread.open(program, inputs, self._instantiate) if thread else self._instantiate(program, inputs)
+            if prog.policy is not None:
+                prog.policy.validate(prog)  # a policy that cannot decide on it fails before a token is spent
         except CertaError as exc:  # bad inputs fail this program only, like any other error
             name = getattr(program, "name", None) or getattr(program, "__name__", type(program).__name__)
             exc.program = exc.program or f"{name}-{next(self._ids)}"
@@ -161,7 +167,7 @@ class Runtime:
         # a sub-program's id is its root's id and its own (ids stay short at any depth; the counter keeps them unique)
         prog.program_id = f"{_root(parent).program.program_id}/{base}-{next(self._ids)}" if parent \
             else f"{base}-{next(self._ids)}"
-        run = ProgramRun(self, prog, parent, pace)
+        run = ProgramRun(self, prog, parent, salt, pace)
         self._active[prog.program_id] = run
         self.scheduler.register(run.info, as_id=prog.program_id)
         self.events.emit("program_start", prog.program_id, name=base, knob_cap=prog.knob_cap)
@@ -190,20 +196,24 @@ class Runtime:
         finally:
             if reason != "cancelled":
                 await self._cleanup(run)
-        result = self._result(run, reason, error, time.perf_counter() - t0)
+        result = result_of(run, reason, error, time.perf_counter() - t0)
         if thread is not None:
             result = thread.result(result, prog)
         self.events.emit("exit", prog.program_id, reason=result.exit_reason, tokens=prog.tokens.total,
                          tokens_saved=result.tokens_saved, error=None if result.error is None else str(result.error))
         return result
 
-    def stream(self, program: Any, /, mode: StreamMode | Sequence[StreamMode] = "updates",
+    def stream(self, program: Any, /, mode: StreamMode | Sequence[StreamMode] = "updates", *,
+               thread_id: str | None = None, interrupt_before: Sequence[str] | None = None,
+               interrupt_after: Sequence[str] | None = None, command: Command | None = None,
                **inputs: Any) -> ProgramStream:
         """Run ``program`` with ``inputs`` and iterate what it does: ``async for part in
         runtime.stream(prog, mode="updates", question=q)``. Modes: ``updates``, ``tokens``,
-        ``certaindex``, ``events``, or a tuple of them (parts come as ``(mode, part)``); see
-        :mod:`certa.runtime.streaming`. ``stream.result`` is the Result once it ends."""
-        return ProgramStream(self, program, mode, inputs)
+        ``certaindex``, ``values``, ``events``, or a tuple of them (parts come as ``(mode, part)``);
+        see :mod:`certa.runtime.streaming`. ``stream.result`` is the Result once it ends.
+        ``thread_id``, the interrupts and ``command`` run it on a thread, as :meth:`run` does."""
+        thread = {"thread_id": thread_id, "before": interrupt_before, "after": interrupt_after, "command": command}
+        return ProgramStream(self, program, mode, inputs, thread)
 
     async def run_many(self, items: Iterable[Any], *, concurrency: int | None = None,
                        on_result: Callable[[int, Result], None] | None = None) -> list[Result]:
@@ -325,9 +335,15 @@ class Runtime:
         a thread's run saves a checkpoint per step and its exit (a finished thread does not run)."""
         if thread is not None and thread.finished:
             return thread.latest.status  # type: ignore[union-attr]
+        values = values_emitter(self, run.program)  # stream mode "values" only: nothing per step otherwise
+        on_step = None if thread is None else functools.partial(thread.save, run.program)
+        if values is not None:
+            on_step = values if on_step is None else (lambda save=on_step: (save(), values()) and None)
         reason = await drive(run.program, Context(run, "execute"),
                              on_certaindex=functools.partial(self._on_certaindex, run), max_steps=self.limits.max_steps,
-                             on_step=None if thread is None else lambda: thread.save(run.program), pace=run.pace)
+                             on_step=on_step, pace=run.pace)
+        if values is not None:
+            values()  # drive() calls on_step for the steps it continues past: this is the last one's state
         return reason if thread is None else thread.finish(run.program, reason)
 
     def _on_certaindex(self, run: ProgramRun, point: CertaindexPoint) -> None:
@@ -376,31 +392,6 @@ class Runtime:
             self._active.pop(prog.program_id, None)
             if run.parent is not None:
                 run.parent.program.tokens.merge(prog.tokens)
-
-    @staticmethod
-    def _result(run: ProgramRun, reason: str, error: BaseException | None, wall: float) -> Result:
-        prog = run.program
-        saved = 0
-        cap = prog.policy.budget_cap(prog) if prog.policy else prog.knob_cap
-        if reason not in ("cap", "done", "error", "interrupted") and cap and prog.knob_value < cap:
-            if prog.knob.unit == "tokens":
-                saved = cap - prog.knob_value
-            else:
-                saved = round(prog.tokens.total / max(prog.knob_value, 1) * (cap - prog.knob_value))
-        try:
-            answer = prog.answer()
-        except Exception as exc:  # noqa: BLE001 - a broken answer() must not hide the run's own error
-            answer = None
-            if error is None:  # ... but with none, it is the run's error (never a silent None answer)
-                error = exc if isinstance(exc, CertaError) else StepFailedError(
-                    f"answer() raised {type(exc).__name__}: {exc}", program=prog.program_id)
-                if error is not exc:
-                    error.__cause__ = exc
-                error.program = error.program or prog.program_id
-                reason = "error"
-        return Result(program_id=prog.program_id, name=prog.display_name, answer=answer, state=prog.state,
-                      certaindex=list(prog.trajectory), tokens=prog.tokens, knob_used=prog.knob_value,
-                      knob_cap=prog.knob_cap, exit_reason=reason, tokens_saved=saved, wall_s=wall, error=error)
 
 
 def _root(run: ProgramRun) -> ProgramRun:

@@ -8,6 +8,8 @@ Modes (``mode=``; a tuple of modes yields ``(mode, part)`` pairs):
 ``tokens``     :class:`~certa.runtime.token_stream.TokenChunk` per piece of generated text: every
                ``ctx.gen`` of the program streams (sequence chunks count too)
 ``certaindex`` :class:`CertaindexUpdate` per certaindex measurement: knob, value, tokens, signals
+``values``     :class:`StateValues` per finished step: the whole state after its update merged
+               (a copy; LangGraph's ``"values"``), the last one the final state
 ``events``     every raw :class:`~certa.runtime.events.Event` (``step_end`` carries the update)
 =============  ==============================================================================
 
@@ -40,7 +42,9 @@ Example:
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+import contextvars
+import copy
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Union
 
@@ -52,11 +56,13 @@ if TYPE_CHECKING:  # pragma: no cover
     from certa.runtime.result import Result
     from certa.runtime.runtime import Runtime
 
-__all__ = ["CertaindexUpdate", "ProgramStream", "STREAM_MODES", "StepUpdate", "StreamMode", "StreamPart"]
+__all__ = ["CertaindexUpdate", "ProgramStream", "STREAM_MODES", "StateValues", "StepUpdate", "StreamMode",
+           "StreamPart", "values_emitter"]
 
-StreamMode = Literal["updates", "tokens", "certaindex", "events"]
-STREAM_MODES: tuple[str, ...] = ("updates", "tokens", "certaindex", "events")
+StreamMode = Literal["updates", "tokens", "certaindex", "values", "events"]
+STREAM_MODES: tuple[str, ...] = ("updates", "tokens", "certaindex", "values", "events")
 _END = object()
+_VALUES: contextvars.ContextVar[bool] = contextvars.ContextVar("certa_stream_values", default=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,7 +86,33 @@ class CertaindexUpdate:
     signals: dict[str, float] = field(default_factory=dict)
 
 
-StreamPart = Union[StepUpdate, TokenChunk, CertaindexUpdate, Event]
+@dataclass(frozen=True, slots=True)
+class StateValues:
+    """The whole state after a finished step (``step``/``branch``: the branch whose update was
+    merged last; ``None`` when no step has finished): a copy, unchanged by later steps."""
+
+    program_id: str
+    step: str | None
+    branch: int | None
+    state: Any
+
+
+StreamPart = Union[StepUpdate, TokenChunk, CertaindexUpdate, StateValues, Event]
+
+
+def values_emitter(runtime: "Runtime", program: Any) -> Callable[[], None] | None:
+    """Inside ``Runtime.stream(mode="values")``: a function that emits ``program``'s state now as a
+    ``values`` event (the Runtime calls it after every step); None otherwise (nothing per step)."""
+    if not _VALUES.get():
+        return None
+
+    def emit() -> None:
+        state = program.state
+        snap = state.model_copy(deep=True) if hasattr(state, "model_copy") else copy.deepcopy(state)
+        history = getattr(program, "history", None)
+        step, branch = history[-1] if history else (None, None)
+        runtime.events.emit("values", program.program_id, step, branch, state=snap)
+    return emit
 
 
 def _part(mode: str, ev: Event) -> StreamPart | None:
@@ -93,6 +125,8 @@ def _part(mode: str, ev: Event) -> StreamPart | None:
         return StepUpdate(ev.program_id, ev.step or "", ev.branch or 0, dict(update) if isinstance(update, dict) else {})
     if mode == "tokens" and ev.kind == "token":
         return TokenChunk(d["text"], d["rid"], ev.program_id, ev.step or "", ev.branch or 0, d.get("attempt", 0))
+    if mode == "values" and ev.kind == "values":
+        return StateValues(ev.program_id, ev.step, ev.branch, d["state"])
     if mode == "certaindex" and ev.kind == "certaindex":
         return CertaindexUpdate(ev.program_id, d.get("knob", 0), d["value"], d.get("tokens", 0),
                                 dict(d.get("signals") or {}))
@@ -117,25 +151,30 @@ class _Collector:
                 self.queue.put_nowait((mode, part) if self.pairs else part)
 
 
-async def _drive(runtime: "Runtime", program: Any, inputs: dict[str, Any], sink: _Collector) -> "Result":
-    # the program's own task: the bound sink and the token flag reach every step task it starts
+async def _drive(runtime: "Runtime", program: Any, inputs: dict[str, Any], sink: _Collector,
+                 thread: dict[str, Any]) -> "Result":
+    # the program's own task: the bound sink and the token/values flags reach every task it starts
     bind_sink(runtime.events, sink)
     if "tokens" in sink.modes:
         want_tokens()
-    return await runtime._run(program, inputs, parent=None)
+    if "values" in sink.modes:
+        _VALUES.set(True)
+    return await runtime._start(program, inputs, **thread)
 
 
 class ProgramStream:
     """What :meth:`Runtime.stream <certa.runtime.Runtime.stream>` returns: an async iterator
     of parts (see the module docs) and an async context manager that cancels on exit."""
 
-    def __init__(self, runtime: "Runtime", program: Any, mode: str | Sequence[str], inputs: dict[str, Any]) -> None:
+    def __init__(self, runtime: "Runtime", program: Any, mode: str | Sequence[str], inputs: dict[str, Any],
+                 thread: dict[str, Any] | None = None) -> None:
         modes = (mode,) if isinstance(mode, str) else tuple(mode)
         bad = [m for m in modes if m not in STREAM_MODES]
         if bad or not modes:
             raise ConfigError(f"unknown stream mode {bad[0] if bad else mode!r}",
                               hint="mode is one of " + ", ".join(STREAM_MODES) + " (or a tuple of them)")
         self._runtime, self._program, self._inputs = runtime, program, inputs
+        self._thread = thread or {}  # thread_id, interrupts, command: as Runtime.run takes them
         self._sink = _Collector(modes, not isinstance(mode, str))
         self._queue = self._sink.queue
         self._task: asyncio.Task[Result] | None = None
@@ -149,7 +188,8 @@ class ProgramStream:
     def _start(self) -> None:
         if self._task is None:
             queue = self._queue
-            self._task = asyncio.ensure_future(_drive(self._runtime, self._program, self._inputs, self._sink))
+            self._task = asyncio.ensure_future(_drive(self._runtime, self._program, self._inputs, self._sink,
+                                                      self._thread))
             self._task.add_done_callback(lambda _: queue.put_nowait(_END))
 
     def __aiter__(self) -> "ProgramStream":

@@ -13,7 +13,13 @@ has ``checkpoint_state() -> str`` (its state as JSON), ``checkpoint_data() -> di
 needs to resume; with ``completed``, ``last``, ``next`` and ``interrupt`` keys),
 ``restore_checkpoint(state_json, data)``, ``set_interrupts(before, after)``,
 ``edit_state(values, overwrite=...)`` and an ``interrupt`` attribute (``(step, "before" |
-"after")`` once paused). Compiled graphs (``certa.dsl``) are.
+"after" | "during")`` once paused); ``resume_interrupts(value)`` answers in-step interrupts
+(``Command(resume=...)``). Compiled graphs (``certa.dsl``) are.
+
+Interrupts given to a run (``interrupt_before``/``interrupt_after``) are saved in every row it
+writes, so a run resumed after a crash keeps them without being given them again (given ones,
+even ``[]``, replace them); a run that paused ended its call, and the next run on the thread
+uses only the interrupts it is given.
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Callable
 
-from certa.runtime.checkpoint import INTERRUPTED, RUNNING, Checkpoint, Checkpointer, Interrupt, InterruptedResult
+from certa.runtime.checkpoint import INTERRUPTED, RUNNING, Checkpoint, Checkpointer, Command, InterruptedResult
 from certa.runtime.errors import CheckpointError, ConfigError
 from certa.runtime.program import Program
 from certa.runtime.result import Result
@@ -49,19 +55,24 @@ def _name_of(program: Any) -> str:
 class ThreadRun:
     """One ``Runtime.run`` on thread ``thread_id`` of ``runtime.checkpointer``."""
 
-    def __init__(self, runtime: "Runtime", thread_id: str, interrupt_before: Iterable[str] = (),
-                 interrupt_after: Iterable[str] = ()) -> None:
+    def __init__(self, runtime: "Runtime", thread_id: str, interrupt_before: Iterable[str] | None = None,
+                 interrupt_after: Iterable[str] | None = None, command: Command | None = None) -> None:
         saver = runtime.checkpointer
         if saver is None:
-            raise ConfigError("thread_id and interrupts need a checkpointer",
+            raise ConfigError("thread_id, interrupts and commands need a checkpointer",
                               hint="Runtime(..., checkpointer=ct.MemoryCheckpointer()) or SqliteCheckpointer(path)")
         if thread_id is None:
-            raise ConfigError("interrupt_before/interrupt_after need a thread_id (the paused run resumes on it)",
+            raise ConfigError("interrupt_before/interrupt_after/command need a thread_id (the paused run resumes on it)",
                               hint="runtime.run(program, thread_id='t1', interrupt_before=[...], ...)")
         if not isinstance(thread_id, str) or not thread_id:
             raise ConfigError(f"thread_id must be a non-empty string, got {thread_id!r}")
-        self.runtime, self.saver, self.thread_id = runtime, saver, thread_id
-        self.before, self.after = tuple(interrupt_before or ()), tuple(interrupt_after or ())
+        if command is not None and not isinstance(command, Command):
+            raise ConfigError(f"command must be a certa.Command, got {type(command).__name__}",
+                              hint="command=ct.Command(resume=value)")
+        self.runtime, self.saver, self.thread_id, self.command = runtime, saver, thread_id, command
+        self.given = (interrupt_before, interrupt_after)  # None: not given (a crashed run's own are kept)
+        self.before: tuple[str, ...] = tuple(interrupt_before or ())
+        self.after: tuple[str, ...] = tuple(interrupt_after or ())
         self.latest: Checkpoint | None = None
         self._completed = 0  # steps completed when the newest row was saved
 
@@ -86,6 +97,9 @@ class ThreadRun:
         """The program to drive: new (``input`` checkpoint saved) or restored from the newest one."""
         latest = self.latest = self.saver.latest(self.thread_id)
         if latest is None:
+            if self.command is not None:
+                raise CheckpointError(f"thread {self.thread_id!r} has no checkpoint to resume with a Command",
+                                      hint="start it with runtime.run(program, thread_id=..., **inputs) first")
             prog = instantiate(program, inputs)
             _check_hooks(prog, self.thread_id)
             prog.set_interrupts(self.before, self.after)
@@ -99,9 +113,35 @@ class ThreadRun:
             raise CheckpointError(f"thread {self.thread_id!r} was started with other inputs ({sorted(stored)})",
                                   program=latest.program, hint="resume with no inputs, or the same ones")
         prog = restore(program, latest, instantiate)
+        self._keep_interrupts(latest)
         prog.set_interrupts(self.before, self.after)
         self._completed = latest.data.get("completed", 0)
+        if self.command is not None:
+            self._apply(prog, self.command)
         return prog
+
+    def _keep_interrupts(self, latest: Checkpoint) -> None:
+        """A run resumed after a crash (its newest row still ``running``) keeps the interrupts
+        its run was given, unless this run gives its own; after a pause they are not kept."""
+        saved = latest.data.get("interrupts")
+        if latest.status != RUNNING or not saved:
+            return
+        before, after = self.given
+        self.before = tuple(saved[0]) if before is None else self.before
+        self.after = tuple(saved[1]) if after is None else self.after
+
+    def _apply(self, prog: Program, command: Command) -> None:
+        """``Command(update=..., resume=...)``: the edit (saved as an ``update`` row), then the
+        values for the in-step interrupts the thread is paused on."""
+        assert self.latest is not None
+        if command.update is not None:
+            prog.edit_state(command.update)
+            self._put(prog, "update", status=self.latest.status)
+        if command.resumes:
+            answer = getattr(prog, "resume_interrupts", None)
+            if not callable(answer):
+                raise ConfigError(f"program {prog.display_name!r} has no in-step interrupts to resume")
+            answer(command.resume)
 
     # ---- saving ------------------------------------------------------------------------
     def save(self, prog: Program) -> None:
@@ -122,7 +162,7 @@ class ThreadRun:
             return result
         assert self.latest is not None
         fields = {k: getattr(result, k) for k in result.__dataclass_fields__}
-        return InterruptedResult(**fields, interrupt=Interrupt(self.thread_id, held[0], held[1], self.latest.next))
+        return InterruptedResult(**fields, interrupt=self.latest.interrupt)
 
     def _put(self, prog: Program, source: str, *, status: str, inputs: Any = None) -> None:
         data = prog.checkpoint_data()
@@ -132,6 +172,7 @@ class ThreadRun:
             data["inputs"] = inputs
         elif self.latest is not None:
             data["inputs"] = self.latest.data.get("inputs", {})
+        data["interrupts"] = [list(self.before), list(self.after)]  # survive a crash (_keep_interrupts)
         self.latest = make_checkpoint(prog, self.thread_id, 0 if self.latest is None else self.latest.index + 1,
                                       source, last, status, data)
         self.saver.put(self.latest)
@@ -208,6 +249,8 @@ def update_state(runtime: "Runtime", thread_id: str, values: dict[str, Any], pro
     prog.edit_state(values, overwrite=overwrite)
     data = prog.checkpoint_data()
     data["inputs"] = latest.data.get("inputs", {})
+    if "interrupts" in latest.data:
+        data["interrupts"] = latest.data["interrupts"]
     cp = make_checkpoint(prog, thread_id, latest.index + 1, "update", None, latest.status, data)
     saver.put(cp)
     return cp

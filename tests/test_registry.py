@@ -62,7 +62,7 @@ def test_every_entry_has_help_and_a_target_that_exists():
 def test_stopping_policy_kinds_match_to_dict():
     for kind in STOPPING_POLICIES:
         assert STOPPING_POLICIES.get(kind).kind == kind
-    assert STOPPING_POLICIES.names()[:3] == POLICY_KINDS.names() == ["threshold", "even", "length"]
+    assert STOPPING_POLICIES.names()[:4] == POLICY_KINDS.names() == ["threshold", "even", "length", "watch"]
     assert type(policy_from_dict({"kind": "margin", "margin": 2})).__name__ == "MajorityMargin"
     assert isinstance(Policy.from_dict({"kind": "threshold", "tau": 0.5}), Threshold)
 

@@ -24,8 +24,10 @@ def sc_debate(monkeypatch):
 
 
 def agents(req) -> str:
-    """alice says the debate's pick (408, or 407 when its seed is odd); bob comes round to it."""
-    pick = "407" if (req.seed // 1000) % 2 else "408"
+    """alice says the debate's pick (408, or 407 in every other debate, by its sub-program id);
+    bob comes round to it. (Not by the seed: a sub-program's seeds are salted with its call
+    path on the wire, certa.runtime.seeds.)"""
+    pick = "407" if int(req.program_id.rsplit("-", 1)[1]) % 2 else "408"
     first = "alice" in req.prompt.split(".")[0]
     return f"\\boxed{{{pick}}}" if first or pick in req.prompt else "\\boxed{1}"
 
@@ -44,8 +46,11 @@ def test_disagreeing_debates_run_to_the_cap_and_the_majority_wins(sc_debate):
     backend = ct.ScriptedBackend(responses=agents)
     r = ct.Runtime(backend).run_sync(sc_debate.program, question="q")
     assert r.exit_reason == "cap" and r.knob_used == sc_debate.DEBATES == len(r.state.debates)
-    seeds = sorted({req.seed // 1000 for req in backend.requests})
-    assert seeds == list(range(sc_debate.DEBATES))   # each debate with its own seed
+    seeds: dict[str, set[int]] = {}
+    for req in backend.requests:
+        seeds.setdefault(req.program_id, set()).add(req.seed)
+    assert len(seeds) == sc_debate.DEBATES and sum(map(len, seeds.values())) == len(set().union(*seeds.values()))
+    # each debate samples with seeds of its own (no seed shared by two debates)
     assert sorted(r.state.answers) == ["407"] * 3 + ["408"] * 3 and r.answer in ("407", "408")
     rounds = [d["rounds"] for d in r.state.debates]
     assert all(n == 2 for n in rounds), rounds   # bob comes round in the second round: consensus

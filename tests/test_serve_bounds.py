@@ -149,11 +149,14 @@ async def test_time_limit_over_http_plain_and_streaming():
     async with app_client(server) as c:
         r = await c.post("/v1/chat/completions", json={"model": "sc", "messages": Q})
         err = r.json()["error"]
-        assert r.status_code == 400 and err["code"] == "CT415", r.text
+        # issue 40 item 14: a server-side stop, not the client's invalid request (was 400 invalid_request_error)
+        assert r.status_code == 504 and err["code"] == "CT415" and err["type"] == "server_error", r.text
+        assert r.headers["x-should-retry"] == "false"   # the same request would run into the limit again
         nothing_left(server, b)
         async with c.stream("POST", "/v1/chat/completions", json={"model": "sc", "messages": Q, "stream": True}) as s:
             text = "".join([line async for line in s.aiter_lines()])
-        assert '"CT415"' in text and "--max-request-seconds" in text
+        assert '"CT415"' in text and "--max-request-seconds" in text and '"server_error"' in text
+        assert "invalid_request_error" not in text
     nothing_left(server, b)
     await server.shutdown(0)
 

@@ -192,6 +192,23 @@ def test_oversized_request_head_is_refused():
         s.close()
 
 
+def test_a_head_over_the_limit_is_refused_when_it_arrives_in_one_read():
+    """issue 40 item 14: h11 bounds only a head still incomplete; one whole 100 KB head in a
+    single read got a 200. Now it gets the 400 and the connection closes; a head under the
+    limit on the same server is served."""
+    with start_background(server(), connections=ConnectionLimits(max_header_bytes=8 << 10)) as bg:
+        s = connect(bg)
+        s.sendall(b"GET /health HTTP/1.1\r\nHost: t\r\nX-Big: " + b"a" * (100 << 10) + b"\r\n\r\n")
+        answer = read_response(s)
+        assert answer.startswith(b"HTTP/1.1 400") and b"max-header-bytes" in answer
+        assert closed_within(s, 5.0) is not None
+        s.close()
+        s = connect(bg)
+        s.sendall(b"GET /health HTTP/1.1\r\nHost: t\r\nX-Ok: " + b"a" * (6 << 10) + b"\r\n\r\n")
+        assert read_response(s).startswith(b"HTTP/1.1 200")
+        s.close()
+
+
 def test_limits_are_checked():
     with pytest.raises(ConfigError, match="header_timeout_s"):
         ConnectionLimits(header_timeout_s=0)

@@ -44,20 +44,28 @@ def test_wrong_typed_update_is_a_coded_error_naming_program_and_step():
     assert "'n'" in str(r.error) and "not-an-int" in str(r.error)
 
 
-def test_coercible_and_exact_updates_still_apply():
+def test_exact_updates_apply_and_coercible_ones_are_refused():
+    """issue 40 item 12: ``"7"`` for an int field used to become ``7``; values are checked
+    strictly now (CT113), no silent coercion."""
     g = ct.Graph(S, name="ok")
 
     @g.step
     def good(s: S):
-        return {"n": "7", "answers": ["a", "b"], "answer": "x"}
+        return {"n": 7, "answers": ["a", "b"], "answer": "x"}
 
     r = _run(g, question="q")
     assert r.ok and r.state.n == 7 and r.state.answers == ["a", "b"] and r.answer == "x"
+    g2 = ct.Graph(S, name="coerce")
+    g2.step(lambda s: {"n": "7"}, name="coerce")
+    r2 = _run(g2, question="q")
+    assert isinstance(r2.error, E.InvalidUpdateError) and r2.state.n == 0
 
 
 def test_an_appended_item_of_the_wrong_type_is_refused():
     s = S(question="q")
-    apply_update(s, {"answers": "a"}, reducers_of(S))
+    apply_update(s, {"answers": ["a"]}, reducers_of(S))
+    with pytest.raises(E.InvalidUpdateError, match="answers"):   # a bare item is refused too (a list of items)
+        apply_update(s, {"answers": "b"}, reducers_of(S), program="p", step="vote")
     with pytest.raises(E.InvalidUpdateError, match="answers"):
         apply_update(s, {"answers": [object()]}, reducers_of(S), program="p", step="vote")
     assert s.answers == ["a"]
@@ -113,7 +121,7 @@ def test_ct201_names_the_certaindex_that_raised():
 
     @g.step(fanout=2)
     def sample(s: S):
-        return {"answers": "a"}
+        return {"answers": ["a"]}
 
     @g.certaindex
     def agreement(s: S) -> float:

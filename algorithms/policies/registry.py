@@ -6,7 +6,7 @@
 :func:`policy_from_dict`.
 
 Example:
-    >>> STOPPING_POLICIES.names()[3:]
+    >>> STOPPING_POLICIES.names()[4:]
     ['check_every', 'pareto', 'esc', 'adaptive_consistency', 'margin', 'vote', 'stable_vote']
     >>> policy_from_dict({"kind": "esc", "window": 4})
     ESC(window=4)

@@ -11,7 +11,10 @@ from ``program.state.answers`` (a list; empty strings / None are "no answer"). E
 in :mod:`certa.algorithms` keeps one: SC branch answers, MCTS/REBASE terminal answers, CoT
 probe answers. Every policy has a ``min_samples`` guard: it never stops before that many
 samples (answers for the answer rules, knob units for the certaindex rules). All round-trip
-through ``to_dict`` / :func:`~certa.algorithms.policies.registry.policy_from_dict`.
+through ``to_dict`` / :func:`~certa.algorithms.policies.registry.policy_from_dict`, and every
+argument is checked when the policy is made (an unknown ``same`` included), and the answers
+protocol when a program starts (:meth:`~certa.runtime.policy.Policy.validate`), so a bad
+policy fails before any token is spent.
 
 Example:
     >>> from types import SimpleNamespace as NS
@@ -30,15 +33,15 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from certa.runtime.errors import ConfigError
-from certa.runtime.policy import CONTINUE, Decision, Policy, Threshold, crossed
+from certa.runtime.policy import CONTINUE, Decision, Policy, Threshold, crossed, is_count, is_unit
 
-from certa.algorithms.answers.clustering import Same, cluster, is_empty
+from certa.algorithms.answers.clustering import Same, cluster, is_empty, resolve_same
 
 if TYPE_CHECKING:  # pragma: no cover
     from certa.runtime.program import Program
 
 __all__ = ["ESC", "AdaptiveConsistency", "CheckEvery", "MajorityMargin", "Pareto", "answers_of",
-           "beta_stop_probability", "top_two"]
+           "beta_stop_probability", "check_rule", "top_two"]
 
 
 def answers_of(program: Program) -> list[Any]:
@@ -48,6 +51,20 @@ def answers_of(program: Program) -> list[Any]:
         raise ConfigError(f"policy needs program.state.answers, which {type(program.state).__name__} lacks",
                           program=getattr(program, "program_id", None), hint="add `answers: list[str]` to the state")
     return answers
+
+
+def check_rule(kind: str, *, min_samples: Any, same: Same | None = None, **counts: Any) -> None:
+    """The arguments every answer rule shares, checked when it is made: ``min_samples`` and each
+    of ``counts`` a whole number >= 1 (``None`` allowed for counts), ``same`` a known equality
+    name or a callable (``ConfigError`` naming the policy and the argument otherwise)."""
+    for name, v in {"min_samples": min_samples, **counts}.items():
+        if not (is_count(v) or (v is None and name != "min_samples")):
+            raise ConfigError(f"{kind} {name} must be a whole number >= 1, got {v!r}")
+    if same is not None and not callable(same):
+        try:
+            resolve_same(same)
+        except ConfigError as exc:
+            raise ConfigError(f"{kind} same: {exc.message}", hint=exc.hint) from None
 
 
 def top_two(answers: list[Any], same: Same = "math") -> tuple[int, int]:
@@ -107,9 +124,13 @@ class Pareto(Policy):
 
     def __init__(self, curve: Iterable[Iterable[float]], detect_at: int = 1, every: int | None = None,
                  min_samples: int = 1) -> None:
-        self.curve = sorted((float(c), int(b)) for c, b in curve)
+        try:
+            self.curve = sorted((float(c), int(b)) for c, b in curve)
+        except (TypeError, ValueError):
+            raise ConfigError(f"a Pareto curve is a list of (certaindex, budget) pairs, got {curve!r}") from None
         if not self.curve or any(b < 1 for _, b in self.curve):
             raise ConfigError("a Pareto curve needs at least one (certaindex, budget >= 1) point")
+        check_rule("pareto", min_samples=min_samples, detect_at=detect_at, every=every)
         self.detect_at, self.every, self.min_samples = detect_at, every, min_samples
 
     @classmethod
@@ -162,9 +183,11 @@ class _AnswerRule(Policy):
     """Base of the answer-count rules: reads ``state.answers`` and guards with ``min_samples``."""
 
     def __init__(self, min_samples: int, same: Same) -> None:
-        if min_samples < 1:
-            raise ConfigError(f"min_samples must be >= 1, got {min_samples}")
+        check_rule(self.kind, min_samples=min_samples, same=same)
         self.min_samples, self.same = min_samples, same
+
+    def validate(self, program: Program) -> None:
+        answers_of(program)  # the answers protocol, before the first step instead of at the first decide
 
     def decide(self, program: Program) -> Decision:
         answers = answers_of(program)
@@ -188,8 +211,7 @@ class ESC(_AnswerRule):
     kind = "esc"
 
     def __init__(self, window: int = 5, min_samples: int = 1, same: Same = "math") -> None:
-        if window < 1:
-            raise ConfigError(f"ESC window must be >= 1, got {window}")
+        check_rule("esc", min_samples=min_samples, window=window)
         super().__init__(min_samples, same)
         self.window = window
 
@@ -214,8 +236,8 @@ class AdaptiveConsistency(_AnswerRule):
     kind = "adaptive_consistency"
 
     def __init__(self, threshold: float = 0.95, min_samples: int = 1, same: Same = "math") -> None:
-        if not 0.0 < threshold < 1.0:
-            raise ConfigError(f"AdaptiveConsistency threshold must be in (0, 1), got {threshold}")
+        if not (is_unit(threshold) and 0.0 < threshold < 1.0):
+            raise ConfigError(f"AdaptiveConsistency threshold must be in (0, 1), got {threshold!r}")
         super().__init__(min_samples, same)
         self.threshold = threshold
 
@@ -237,8 +259,7 @@ class MajorityMargin(_AnswerRule):
     kind = "margin"
 
     def __init__(self, margin: int = 3, min_samples: int = 1, same: Same = "math") -> None:
-        if margin < 1:
-            raise ConfigError(f"margin must be >= 1, got {margin}")
+        check_rule("margin", min_samples=min_samples, margin=margin)
         super().__init__(min_samples, same)
         self.margin = margin
 

@@ -39,10 +39,10 @@ import functools
 from typing import TYPE_CHECKING, Any
 
 from certa.runtime.errors import ConfigError
-from certa.runtime.policy import CONTINUE, Decision, Policy
+from certa.runtime.policy import CONTINUE, Decision, Policy, is_unit
 
 from certa.algorithms.answers.clustering import Same, cluster
-from certa.algorithms.policies.stopping import ESC, AdaptiveConsistency
+from certa.algorithms.policies.stopping import ESC, AdaptiveConsistency, answers_of, check_rule
 from certa.algorithms.signals.votes import (VoteView, beta_half, leader_weights, majority_change_probability,
                                             vote_counts, vote_view, vote_weights)
 
@@ -90,14 +90,19 @@ class VoteStop(Policy):
 
     def __init__(self, tau: float = 0.9, length_weight: float = 0.0, confidence_floor: float | None = None,
                  min_samples: int = 1, same: Same = "math") -> None:
-        if not 0.0 < tau < 1.0:
-            raise ConfigError(f"vote tau must be in (0, 1), got {tau}")
-        if not 0.0 <= length_weight <= 1.0:
-            raise ConfigError(f"vote length_weight must be in [0, 1], got {length_weight}")
-        if min_samples < 1:
-            raise ConfigError(f"min_samples must be >= 1, got {min_samples}")
+        if not (is_unit(tau) and 0.0 < tau < 1.0):
+            raise ConfigError(f"vote tau must be in (0, 1), got {tau!r}")
+        if not is_unit(length_weight):
+            raise ConfigError(f"vote length_weight must be in [0, 1], got {length_weight!r}")
+        if confidence_floor is not None and (isinstance(confidence_floor, bool)
+                                             or not isinstance(confidence_floor, (int, float))):
+            raise ConfigError(f"vote confidence_floor must be a number or None, got {confidence_floor!r}")
+        check_rule("vote", min_samples=min_samples, same=same)
         self.tau, self.length_weight, self.confidence_floor = float(tau), float(length_weight), confidence_floor
         self.min_samples, self.same = min_samples, same
+
+    def validate(self, program: Program) -> None:
+        answers_of(program)  # the SC answers protocol, checked before the first step
 
     def certainty(self, view: VoteView) -> float:
         """The vote certaindex of ``view`` under this policy's weights."""
@@ -137,16 +142,16 @@ class StableVote(Policy):
 
     def __init__(self, delta: float = 0.04, min_samples: int = 2, alpha: float = 1.0, horizon: int | None = None,
                  same: Same = "math") -> None:
-        if not 0.0 < delta < 1.0:
-            raise ConfigError(f"stable_vote delta must be in (0, 1), got {delta}")
-        if min_samples < 1:
-            raise ConfigError(f"min_samples must be >= 1, got {min_samples}")
-        if not alpha > 0.0:
-            raise ConfigError(f"stable_vote alpha must be > 0, got {alpha}")
-        if horizon is not None and horizon < 1:
-            raise ConfigError(f"stable_vote horizon must be >= 1, got {horizon}")
+        if not (is_unit(delta) and 0.0 < delta < 1.0):
+            raise ConfigError(f"stable_vote delta must be in (0, 1), got {delta!r}")
+        if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not alpha > 0.0:
+            raise ConfigError(f"stable_vote alpha must be > 0, got {alpha!r}")
+        check_rule("stable_vote", min_samples=min_samples, same=same, horizon=horizon)
         self.delta, self.min_samples, self.alpha, self.horizon, self.same = \
             float(delta), min_samples, float(alpha), horizon, same
+
+    def validate(self, program: Program) -> None:
+        answers_of(program)  # without state.answers this rule would never stop: say so before the first step
 
     def change_probability(self, program: Program) -> float:
         """The certaindex this rule reads (see :func:`majority_change_probability`)."""

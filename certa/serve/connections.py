@@ -20,12 +20,13 @@ Example:
 from __future__ import annotations
 
 import asyncio
+import re
 from dataclasses import dataclass
 from typing import Any
 
 from certa.runtime.errors import ConfigError
 
-__all__ = ["ConnectionLimits"]
+__all__ = ["ConnectionLimits", "head_too_large"]
 
 
 @dataclass(frozen=True)
@@ -55,13 +56,33 @@ class ConnectionLimits:
         """Keyword arguments for ``uvicorn.Config``."""
         # uvicorn counts the connection asking too (``len(connections) >= limit`` gives 503), so its
         # limit is one over ours: max_connections connections are served, the next one gets a 503
-        return {"http": _protocol(self.header_timeout_s), "timeout_keep_alive": self.keep_alive_s,
+        return {"http": _protocol(self.header_timeout_s, self.max_header_bytes), "timeout_keep_alive": self.keep_alive_s,
                 "limit_concurrency": self.max_connections + 1,
                 "h11_max_incomplete_event_size": self.max_header_bytes}
 
 
-def _protocol(header_timeout_s: float) -> type:
-    """uvicorn's h11 protocol with a header timeout."""
+def head_too_large(buffered: bytes, max_header_bytes: int) -> bool:
+    """Whether the request head at the start of ``buffered`` is over ``max_header_bytes``: its
+    blank line (``\\r\\n\\r\\n``, or a bare ``\\n\\n``, as h11 reads it) does not end within them.
+
+    >>> head_too_large(b"GET / HTTP/1.1\\r\\nHost: t\\r\\n\\r\\n" + b"x" * 100, 64)
+    False
+    >>> head_too_large(b"GET / HTTP/1.1\\r\\nX-Big: " + b"a" * 100 + b"\\r\\n\\r\\n", 64)
+    True
+    """
+    if len(buffered) <= max_header_bytes:
+        return False
+    return _HEAD_END.search(buffered, 0, max_header_bytes) is None
+
+
+_HEAD_END = re.compile(rb"\n\r?\n")
+
+
+def _protocol(header_timeout_s: float, max_header_bytes: int = 64 << 10) -> type:
+    """uvicorn's h11 protocol with a header timeout and a head-size cap that also holds when
+    the whole head arrives in one read (h11's ``max_incomplete_event_size`` only bounds a head
+    still incomplete: a 100 KB head read at once went through)."""
+    import h11
     from uvicorn.protocols.http.h11_impl import H11Protocol
 
     class HeaderTimeoutProtocol(H11Protocol):
@@ -87,10 +108,22 @@ def _protocol(header_timeout_s: float) -> type:
             self._arm()
 
         def handle_events(self) -> None:
+            if self.conn.their_state is h11.IDLE and head_too_large(self.conn.trailing_data[0], max_header_bytes):
+                self._refuse_head()
+                return
             before = self.cycle
             super().handle_events()
             if self.cycle is not before:  # a request's headers arrived
                 self._disarm()
+
+        def _refuse_head(self) -> None:
+            """400 and close, as uvicorn answers a head h11 found too long while incomplete."""
+            self._disarm()
+            self.logger.warning("refusing a request head over %d bytes (--max-header-bytes)", max_header_bytes)
+            msg = f"the request head is over {max_header_bytes} bytes (the server's --max-header-bytes)".encode()
+            self.transport.write(b"HTTP/1.1 400 Bad Request\r\ncontent-type: text/plain; charset=utf-8\r\n"
+                                 b"connection: close\r\ncontent-length: %d\r\n\r\n%s" % (len(msg), msg))
+            self.transport.close()
 
         def on_response_complete(self) -> None:
             super().on_response_complete()

@@ -11,6 +11,8 @@ Example:
     ('CT411', 429, 2)
     >>> http_status(UnknownModelError("no model 'gpt-4'"))
     404
+    >>> http_status(TimeLimitError("ran past 600s")), error_type(TimeLimitError("ran past 600s"))
+    (504, 'server_error')
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from certa.dsl.errors import CompileError
 from certa.runtime.errors import BackendError, CertaError, ConfigError, LimitExceededError, RuntimeFailure
 
 __all__ = ["BadRequestError", "BodyTimeoutError", "ServerBusyError", "ShuttingDownError", "TimeLimitError",
-           "UnauthorizedError", "UnknownModelError", "error_type", "http_status"]
+           "UnauthorizedError", "UnknownModelError", "error_type", "http_status", "no_retry"]
 
 
 class BadRequestError(ConfigError):
@@ -69,13 +71,16 @@ class UnauthorizedError(ConfigError):
 
 class TimeLimitError(LimitExceededError):
     """A program ran past the server's per-request wall-time limit (``max_request_s``,
-    ``--max-request-seconds``); it was aborted with its backend requests. HTTP 400, like the other
-    limits: retrying the same request would run into it again."""
+    ``--max-request-seconds``); it was aborted with its backend requests. The server stopped it,
+    not a fault of the request: HTTP 504 ``server_error`` (not the client's 400
+    ``invalid_request_error``), with ``x-should-retry: false`` since the same request would
+    likely run into the limit again (OpenAI's clients honour that header)."""
 
     code, name = "CT415", "time-limit"
 
 
 _STATUS: tuple[tuple[type[CertaError], int, str], ...] = (
+    (TimeLimitError, 504, "server_error"),  # before LimitExceededError, its base: a server-side stop
     (UnknownModelError, 404, "invalid_request_error"),
     (UnauthorizedError, 401, "invalid_request_error"),
     (BodyTimeoutError, 408, "invalid_request_error"),
@@ -86,6 +91,11 @@ _STATUS: tuple[tuple[type[CertaError], int, str], ...] = (
     (CompileError, 400, "invalid_request_error"),
     (BackendError, 502, "server_error"),
 )
+
+
+def no_retry(exc: BaseException) -> bool:
+    """Whether a response for ``exc`` should tell clients not to retry (``x-should-retry: false``)."""
+    return isinstance(exc, TimeLimitError)
 
 
 def http_status(exc: BaseException) -> int:

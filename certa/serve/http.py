@@ -39,7 +39,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from certa.runtime.errors import CertaError
 
 from certa.serve.completion import Completion, Heartbeat, Progress
-from certa.serve.errors import BadRequestError, BodyTimeoutError, error_type, http_status
+from certa.serve.errors import BadRequestError, BodyTimeoutError, error_type, http_status, no_retry
 from certa.serve.format import DONE, KEEPALIVE, Formatter, error_body, log_safe, sse
 from certa.serve.schemas import ChatRequest, CompletionRequest, parse_request
 from certa.serve.server import Server
@@ -117,6 +117,8 @@ def _error(exc: BaseException, request_id: str) -> JSONResponse:
     headers = {"Retry-After": str(exc.retry_after_s)} if hasattr(exc, "retry_after_s") else None
     if isinstance(exc, BodyTimeoutError):
         headers = {"Connection": "close"}  # the rest of the body is not waited for: the connection ends
+    elif no_retry(exc):
+        headers = {"x-should-retry": "false"}  # a server-side stop the same request would meet again
     return JSONResponse(body, status_code=status, headers=headers)
 
 

@@ -51,6 +51,10 @@ class TokenBudget(Policy):
     def budget_cap(self, program: Program) -> int | None:
         return self.inner.budget_cap(program) if self.inner is not None else program.knob_cap
 
+    def validate(self, program: Program) -> None:
+        if self.inner is not None:
+            self.inner.validate(program)
+
     def expected_remaining(self, program: Program) -> float:
         if self.inner is not None:
             return self.inner.expected_remaining(program)

@@ -4,7 +4,11 @@ Responses come from a list (served in order, cycling), a mapping from prompt sub
 response(s), or a callable ``(request) -> str``. Tokens are whitespace-separated words, so
 ``"a b c"`` is 3 tokens. Latency is a constant, a per-token delay, or a callable; ``generate_stream`` delivers the
 response word by word (``token_latency`` before each).
-It is a fake: it runs no model and is named so everywhere it is used.
+It is a fake: it runs no model and is named so everywhere it is used. For assertions it
+records the newest ``keep`` requests it served (``requests``) and rids it aborted (default
+10,000 each; ``keep=None`` records all), so a long-running ``certa serve --backend scripted``
+stays bounded; ``served`` counts every request. docs/backends.md ("The scripted backend, for
+tests") describes the response formats.
 
 Example:
     >>> import asyncio
@@ -25,7 +29,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence as Seq
 from typing import Union
 
-from certa.runtime.errors import BackendError
+from certa.runtime.errors import BackendError, ConfigError
 from certa.runtime.types import Capabilities, GenRequest, GenResult, ScoreRequest, ScoreResult
 from certa.runtime.backends.base import Backend, BackendSequence
 
@@ -55,6 +59,8 @@ class ScriptedBackend(Backend):
             given, sequences are native and rollback-exact (``capabilities.rollback_probe``).
         scores: ``callable(ScoreRequest) -> {option: prob}`` for ``score``.
         fail: ``callable(req) -> Exception | None`` to inject failures.
+        keep: how many of the newest requests (and aborted rids) to record for assertions
+            (``None``: all; a server running on this backend for days needs a bound).
     """
 
     def __init__(
@@ -66,7 +72,10 @@ class ScriptedBackend(Backend):
         probe: Callable[[str, str], str] | None = None,
         scores: Callable[[ScoreRequest], dict[str, float]] | None = None,
         fail: Callable[[GenRequest], Exception | None] | None = None,
+        keep: int | None = 10_000,
     ) -> None:
+        if keep is not None and (isinstance(keep, bool) or not isinstance(keep, int) or keep < 1):
+            raise ConfigError(f"ScriptedBackend keep must be a positive int or None, not {keep!r}")
         self._responses = responses
         self._cycle = itertools.cycle(responses) if isinstance(responses, (list, tuple)) and responses else None
         self._keyed: dict[str, itertools.cycle] = {}
@@ -76,10 +85,24 @@ class ScriptedBackend(Backend):
         self._scores = scores
         self._fail = fail
         self._live: dict[str, asyncio.Task | None] = {}
-        self.requests: list[GenRequest] = []  # every request served, in order (for assertions)
-        self.aborted: list[str] = []  # rids aborted while live
-        self.abort_calls: list[str] = []  # every rid abort() was called with
+        self._keep = keep
+        self.requests: list[GenRequest] = []  # the newest `keep` requests served, in order (for assertions)
+        self.aborted: list[str] = []  # rids aborted while live (the newest `keep`)
+        self.abort_calls: list[str] = []  # rids abort() was called with (the newest `keep`)
+        self.served = 0  # every request served (generations, sequences, probes)
         self.capabilities = Capabilities(rollback_probe=probe is not None, score=True, streaming=True, name="scripted")
+
+    def _record(self, log: list, item: object) -> None:
+        """Append ``item`` to one of the records, keeping its newest ``keep`` entries (trimmed
+        in batches of ``keep // 4``, so recording stays O(1) per request)."""
+        log.append(item)
+        keep = self._keep
+        if keep is not None and len(log) > keep + keep // 4:
+            del log[: len(log) - keep]
+
+    def _served(self, req: GenRequest) -> None:
+        self.served += 1
+        self._record(self.requests, req)
 
     # ---- responses ------------------------------------------------------------------
     def respond(self, req: GenRequest) -> str:
@@ -129,7 +152,7 @@ class ScriptedBackend(Backend):
     async def _serve(self, req: GenRequest, on_text: Callable[[str], None] | None) -> GenResult:
         if not req.rid:
             raise BackendError("request has no rid", program=req.program_id or None, step=req.step or None)
-        self.requests.append(req)
+        self._served(req)
         if self._fail is not None and (exc := self._fail(req)) is not None:
             raise exc
         text, n, finish = self._cut(self.respond(req), req)
@@ -157,11 +180,11 @@ class ScriptedBackend(Backend):
                          rid=req.rid, token_logprobs=[0.0] * n if req.logprobs else None)
 
     async def abort(self, rid: str) -> bool:
-        self.abort_calls.append(rid)
+        self._record(self.abort_calls, rid)
         task = self._live.pop(rid, None)
         if task is None:
             return False
-        self.aborted.append(rid)
+        self._record(self.aborted, rid)
         if task is not asyncio.current_task() and not task.done():
             task.cancel()
         return True
@@ -195,7 +218,7 @@ class ScriptedSequence(BackendSequence):
         self._words = words(full)
         self._final_reason = finish
         self.prompt_tokens = len(words(req.prompt))
-        backend.requests.append(req)
+        backend._served(req)
 
     async def _wait(self, rid: str, n: int) -> None:
         b = self.backend
@@ -222,8 +245,8 @@ class ScriptedSequence(BackendSequence):
         rid = rid or f"{self.rid}.probe"
         answer = self.backend._probe(self.text, suffix)
         toks = words(answer)[:max_tokens]
-        self.backend.requests.append(GenRequest(prompt=self.req.prompt + self.text + suffix, rid=rid,
-                                                kind="probe", program_id=self.req.program_id))
+        self.backend._served(GenRequest(prompt=self.req.prompt + self.text + suffix, rid=rid,
+                                        kind="probe", program_id=self.req.program_id))
         await self._wait(rid, len(toks))
         return GenResult(text="".join(toks), tokens=len(toks), prompt_tokens=len(words(suffix)), rid=rid,
                          token_logprobs=[0.0] * len(toks))  # a fake: certain of every probe token

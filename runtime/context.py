@@ -218,6 +218,8 @@ class ManagedSequence:
         return bool(self.ctx.run.backend.capabilities.rollback_probe)
 
     async def extend(self, max_new_tokens: int) -> GenResult:
+        if self.ctx.run.pacer is not None:  # a spawned sub-program: one chunk per step its parent allows
+            await self.ctx.run.pacer.gate()
         out = await self.ctx.run.guard(self.seq.rid, self.seq.extend(max_new_tokens), "main", self.ctx)
         if out.text and tokens_wanted():  # Runtime.stream(mode="tokens"): each chunk is a token event
             self.ctx.emit("token", rid=self.seq.rid, text=out.text, attempt=0)

@@ -25,7 +25,7 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 from certa.runtime.errors import CertaindexRangeError, StepLimitError
@@ -37,8 +37,7 @@ __all__ = ["drive", "record_certaindex", "run_unsuspended"]
 
 async def drive(program: Program, ctx: Any, *,
                 on_certaindex: Callable[[CertaindexPoint], None] | None = None,
-                max_steps: int | None = None, on_step: Callable[[], None] | None = None,
-                pace: Callable[[], Awaitable[None]] | None = None) -> str:
+                max_steps: int | None = None, on_step: Callable[[], None] | None = None) -> str:
     """Run ``program`` on ``ctx`` until it exits; returns the exit reason.
 
     ``on_certaindex(point)`` is called after each step that measured a certaindex, once the
@@ -46,8 +45,6 @@ async def drive(program: Program, ctx: Any, *,
     ``execute()`` calls than this raise :class:`~certa.runtime.errors.StepLimitError`.
     ``on_step()`` is called after each step the loop continues past (its certaindex recorded,
     the policy asked): where a checkpointed run saves the step (``certa.runtime.threads``).
-    ``pace()`` is awaited before each ``execute()``: a spawned sub-program steps when its
-    parent lets it (``certa.runtime.subprogram``).
     """
     policy = program.policy
     steps = 0
@@ -57,8 +54,6 @@ async def drive(program: Program, ctx: Any, *,
         if max_steps is not None and steps >= max_steps:
             raise _step_limit(program, max_steps)
         steps += 1
-        if pace is not None:
-            await pace()
         more = await program.execute(ctx)
         point = record_certaindex(program)
         if point is not None and on_certaindex is not None:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import abc
 from typing import TYPE_CHECKING, Any
 
+from certa.runtime.errors import ConfigError
 from certa.runtime.types import CertaindexPoint, Knob, TokenUsage
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -102,3 +103,23 @@ class Program(abc.ABC):
         from certa.runtime.draw import Mermaid
         return Mermaid(f"flowchart TD\n    __start__([start]) --> execute[{self.display_name}.execute]\n"
                        f"    execute -->|certaindex + policy| execute\n    execute --> __end__([end])\n")
+
+
+def instantiate(program: Any, inputs: dict[str, Any]) -> Program:
+    """A Program to run: ``program`` itself (an instance, no inputs), ``program(**inputs)`` (a
+    Program class) or ``program.new(**inputs)`` (a compiled graph); ConfigError otherwise."""
+    if isinstance(program, Program):
+        if inputs:
+            raise ConfigError(f"inputs {sorted(inputs)} given with an already-built program instance",
+                              hint="pass the class or compiled graph instead")
+        return program
+    if isinstance(program, type) and issubclass(program, Program):
+        try:
+            return program(**inputs)
+        except TypeError as exc:  # a missing or unknown input: coded, like a graph's CT300
+            raise ConfigError(f"bad inputs for program {program.__name__!r}: {exc}",
+                              program=program.__name__) from exc
+    new = getattr(program, "new", None)
+    if callable(new):
+        return new(**inputs)
+    raise ConfigError(f"cannot run {program!r}: expected a Program, a Program class or a compiled graph")

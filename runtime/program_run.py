@@ -14,6 +14,7 @@ from certa.runtime.types import GenRequest, GenResult, ScoreRequest, ScoreResult
 
 if TYPE_CHECKING:  # pragma: no cover
     from certa.runtime.runtime import Runtime
+    from certa.runtime.subprogram import Pacer
 
 T = TypeVar("T")
 
@@ -22,10 +23,10 @@ class ProgramRun:
     """Bookkeeping for one running program: rids in flight, open sequences, counters."""
 
     __slots__ = ("runtime", "program", "backend", "info", "inflight", "sequences", "rid_counter", "parent", "salt",
-                 "calls", "aborted", "pace", "children")
+                 "calls", "aborted", "pacer", "children")
 
     def __init__(self, runtime: "Runtime", program: Program, parent: "ProgramRun | None",
-                 salt: int | None = None, pace: Callable[[], Awaitable[None]] | None = None) -> None:
+                 salt: int | None = None, pacer: "Pacer | None" = None) -> None:
         self.runtime = runtime
         self.program = program
         self.backend = runtime.backend
@@ -33,7 +34,7 @@ class ProgramRun:
         self.salt = salt  # a sub-program's seed salt (certa.runtime.seeds); None for a root program
         self.calls: dict[tuple[str, int], int] | None = None  # (step, branch) -> sub-programs it called
         self.aborted: list[str] = []  # rids aborted while the program was being closed (Result.aborted)
-        self.pace = pace  # a spawned sub-program's gate: one step per permit (certa.runtime.subprogram)
+        self.pacer = pacer  # a spawned sub-program's: its main requests wait for the parent (certa.runtime.subprogram)
         self.children: list[Any] = []  # sub-programs started with ctx.spawn, cancelled with this run
         self.inflight: set[str] = set()
         self.sequences: list[Any] = []
@@ -135,6 +136,8 @@ class ProgramRun:
         rid), and backends with native priority (SGLang) get the policy's priority from it.
         Tokens count only for the attempt that succeeds; a failed attempt's rid is aborted.
         """
+        if self.pacer is not None and kind == "main":
+            await self.pacer.gate()
         sched = self.runtime.scheduler
         ticket = sched.ticket(req.rid, self.info, est, hint)
         if self.backend.capabilities.priority:

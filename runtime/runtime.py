@@ -32,7 +32,7 @@ from certa.runtime.deadlines import Deadlines
 from certa.runtime.driver import drive
 from certa.runtime.errors import CallDepthError, CertaError, ConfigError, StepFailedError
 from certa.runtime.events import EventBus
-from certa.runtime.program import Program
+from certa.runtime.program import Program, instantiate
 from certa.runtime.limits import RetryPolicy, RuntimeLimits
 from certa.runtime.program_run import ProgramRun
 from certa.runtime.result import Result, result_of
@@ -40,7 +40,7 @@ from certa.runtime.scheduling.scheduler import Scheduler
 from certa.runtime.scheduling.policies import remaining_steps
 from certa.runtime.threads import ThreadRun
 from certa.runtime.streaming import ProgramStream, StreamMode, values_emitter
-from certa.runtime.subprogram import Child
+from certa.runtime.subprogram import Child, Pacer
 from certa.runtime.types import CertaindexPoint
 
 
@@ -142,21 +142,21 @@ class Runtime:
         """Start ``program`` as a live sub-program of ``parent`` (``Context.spawn``): bad inputs
         raise here, in the parent's step."""
         self._check_call(parent)
-        prog = self._instantiate(program, inputs)
-        child = Child(prog, lambda pace: self._run(prog, {}, parent=parent, pace=pace))
+        prog = instantiate(program, inputs)
+        child = Child(prog, lambda pacer: self._run(prog, {}, parent=parent, pacer=pacer))
         parent.children.append(child)
         return child
 
     async def _run(self, program: Any, inputs: dict[str, Any], *, parent: ProgramRun | None,
                    thread: ThreadRun | None = None, salt: int | None = None,
-                   pace: Callable[[], Awaitable[None]] | None = None) -> Result:
+                   pacer: Pacer | None = None) -> Result:
         """Run a program; with ``parent`` as that program's sub-program (``Context.call``; ``salt``
-        salts its seeds, :mod:`certa.runtime.seeds`; ``Context.spawn``: ``pace`` steps it); with
+        salts its seeds, :mod:`certa.runtime.seeds`; ``Context.spawn``: ``pacer`` steps it); with
         ``thread`` restored from and checkpointed to its thread."""
         if parent is not None:
             self._check_call(parent)
         try:
-            prog = thread.open(program, inputs, self._instantiate) if thread else self._instantiate(program, inputs)
+            prog = thread.open(program, inputs, instantiate) if thread else instantiate(program, inputs)
             if prog.policy is not None:
                 prog.policy.validate(prog)  # a policy that cannot decide on it fails before a token is spent
         except CertaError as exc:  # bad inputs fail this program only, like any other error
@@ -167,7 +167,7 @@ class Runtime:
         # a sub-program's id is its root's id and its own (ids stay short at any depth; the counter keeps them unique)
         prog.program_id = f"{_root(parent).program.program_id}/{base}-{next(self._ids)}" if parent \
             else f"{base}-{next(self._ids)}"
-        run = ProgramRun(self, prog, parent, salt, pace)
+        run = ProgramRun(self, prog, parent, salt, pacer)
         self._active[prog.program_id] = run
         self.scheduler.register(run.info, as_id=prog.program_id)
         self.events.emit("program_start", prog.program_id, name=base, knob_cap=prog.knob_cap)
@@ -293,24 +293,6 @@ class Runtime:
         await self.backend.close()
 
     # ---- internals ------------------------------------------------------------------
-    @staticmethod
-    def _instantiate(program: Any, inputs: dict[str, Any]) -> Program:
-        if isinstance(program, Program):
-            if inputs:
-                raise ConfigError(f"inputs {sorted(inputs)} given with an already-built program instance",
-                                  hint="pass the class or compiled graph instead")
-            return program
-        if isinstance(program, type) and issubclass(program, Program):
-            try:
-                return program(**inputs)
-            except TypeError as exc:  # a missing or unknown input: coded, like a graph's CT300
-                raise ConfigError(f"bad inputs for program {program.__name__!r}: {exc}",
-                                  program=program.__name__) from exc
-        new = getattr(program, "new", None)
-        if callable(new):
-            return new(**inputs)
-        raise ConfigError(f"cannot run {program!r}: expected a Program, a Program class or a compiled graph")
-
     def _check_call(self, parent: ProgramRun) -> None:
         """Refuse a sub-program under a program being cancelled, or deeper than ``max_call_depth``.
 
@@ -339,9 +321,13 @@ class Runtime:
         on_step = None if thread is None else functools.partial(thread.save, run.program)
         if values is not None:
             on_step = values if on_step is None else (lambda save=on_step: (save(), values()) and None)
-        reason = await drive(run.program, Context(run, "execute"),
-                             on_certaindex=functools.partial(self._on_certaindex, run), max_steps=self.limits.max_steps,
-                             on_step=on_step, pace=run.pace)
+        try:
+            reason = await drive(run.program, Context(run, "execute"),
+                                 on_certaindex=functools.partial(self._on_certaindex, run),
+                                 max_steps=self.limits.max_steps, on_step=on_step)
+        finally:
+            if run.pacer is not None:
+                run.pacer.stop()  # now, before the cleanup yields: a steering parent sees it ended
         if values is not None:
             values()  # drive() calls on_step for the steps it continues past: this is the last one's state
         return reason if thread is None else thread.finish(run.program, reason)

@@ -6,8 +6,10 @@ current answers agree, so it must see each chain's answer while the chain is sti
 ``ctx.spawn(program, **inputs)`` starts a sub-program and returns a :class:`Child`:
 
 * ``await child.advance()`` lets it run until its knob moves (one CoT chunk, one SC round) or
-  it ends; the parent advancing several children with ``asyncio.gather`` runs them in
-  lock-step, their requests batched by the engine like any others;
+  it ends: each main request it sends (a chunk of a sequence, a generation) waits for the
+  parent's permit, so it never runs ahead; the parent advancing several children with
+  ``asyncio.gather`` runs them in lock-step, their requests batched by the engine like any
+  others (a sub-program that sends no main request runs freely);
 * ``child.answer`` (its ``answer()`` on the current state; its Result's once ended),
   ``child.certaindex`` (its latest value), ``child.done``, ``child.result``, ``child.tokens``;
 * ``await child.finish()`` runs it to its end unpaced; ``await child.cancel()`` stops it (its
@@ -22,6 +24,7 @@ Example:
     >>> class Count(ct.Program):
     ...     knob = ct.Knob("iterations", cap=5)
     ...     async def execute(self, ctx):
+    ...         await ctx.gen("one more")
     ...         self.knob_used += 1
     ...         return True
     ...     def update_certaindex(self):
@@ -58,9 +61,10 @@ __all__ = ["Child", "Pacer"]
 
 
 class Pacer:
-    """Lets a driving loop take one step per permit: the loop awaits :meth:`gate` before each
-    ``execute()``; :meth:`step` grants one permit and returns once the loop is back at the gate
-    (its certaindex recorded, its policy asked) or has ended."""
+    """Lets a sub-program send one main request per permit: it awaits :meth:`gate` before each;
+    :meth:`step` grants one permit and returns once it waits at the gate again (the work that
+    request fed is done: its certaindex recorded, its policy asked) or has ended. The runtime
+    calls :meth:`stop` the moment its driving loop returns."""
 
     def __init__(self) -> None:
         self._cond = asyncio.Condition()
@@ -90,6 +94,10 @@ class Pacer:
             self._cond.notify_all()
             await self._cond.wait_for(lambda: self._parked > parked or self.ended)
 
+    def stop(self) -> None:
+        """The loop has returned: whoever waits in :meth:`step` takes it as ended at its next wake-up."""
+        self.ended = True
+
     async def release(self, *, ended: bool = False) -> None:
         """Stop pacing (the loop runs freely from now on); ``ended``: the loop is over."""
         async with self._cond:
@@ -101,8 +109,7 @@ class Pacer:
 class Child:
     """A running sub-program a step steers (see the module docstring)."""
 
-    def __init__(self, program: Program, start: Callable[[Callable[[], Coroutine[Any, Any, None]]],
-                                                         Coroutine[Any, Any, "Result"]]) -> None:
+    def __init__(self, program: Program, start: Callable[[Pacer], Coroutine[Any, Any, "Result"]]) -> None:
         self.program = program
         self.result: Result | None = None
         self._pacer = Pacer()
@@ -110,7 +117,7 @@ class Child:
 
     async def _main(self, start) -> None:
         try:
-            self.result = await start(self._pacer.gate)
+            self.result = await start(self._pacer)
         finally:
             await asyncio.shield(self._pacer.release(ended=True))
 
@@ -156,6 +163,13 @@ class Child:
             return self.program.answer()
         except Exception:  # noqa: BLE001 - a half-built state may not have an answer yet
             return None
+
+    @property
+    def exit_reason(self) -> str | None:
+        """How it ended (its Result's ``exit_reason``; ``"cancelled"`` when stopped); None while it runs."""
+        if not self.done:
+            return None
+        return self.result.exit_reason if self.result is not None else "cancelled"
 
     @property
     def certaindex(self) -> float:

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from certa.runtime.checkpoint import INTERRUPTED, RUNNING, Checkpoint, Checkpointer, Command, InterruptedResult
 from certa.runtime.errors import CheckpointError, ConfigError
-from certa.runtime.program import Program
+from certa.runtime.program import Program, instantiate
 from certa.runtime.result import Result
 from certa.runtime.types import CertaindexPoint, TokenUsage
 
@@ -244,7 +244,7 @@ def update_state(runtime: "Runtime", thread_id: str, values: dict[str, Any], pro
         raise CheckpointError(f"thread {thread_id!r} has no checkpoint to update", hint="run it first")
     if program is None:
         raise ConfigError(f"update_state on thread {thread_id!r} needs program= (no run of it in this Runtime)")
-    prog = restore(program, latest, runtime._instantiate)
+    prog = restore(program, latest, instantiate)
     prog.program_id = prog.program_id or f"{latest.program}@{thread_id}"
     prog.edit_state(values, overwrite=overwrite)
     data = prog.checkpoint_data()

@@ -57,7 +57,7 @@ def test_cot_counts_probe_tokens(tiny_problems):
     assert preset["tokens_by_kind"]["probe"] > 0
     assert preset["tokens"] >= mid["tokens"] - 1e-6  # mid's rule AND no hesitation: never exits earlier
     default = r["methods"]["certa-default"]  # cot_program()'s: (boxed | stated & vote), probes every 128
-    assert default["label"].startswith("certa default ((boxed() | stated() & vote(512,0.75,128))")
+    assert default["label"].startswith("certa default ((boxed() | stated(answer) & vote(")
     assert default["interval"] == 64 and default["signal"]["kind"] == "any"
 
 

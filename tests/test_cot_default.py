@@ -52,7 +52,7 @@ def test_cli_writes_the_report(bench, tmp_path, monkeypatch, capsys):
     r = json.loads(out.read_text())
     assert r["traces"] == paths and len(r["grid"]) == r["candidates"]
     held = r["heldout"]["current-default"]
-    assert held["label"].startswith("(boxed() | stated() & vote(") and set(held) == {"label", *paths}
+    assert held["label"].startswith("(boxed() | stated(answer) & vote(") and set(held) == {"label", *paths}
     assert {"ci95", "accuracy", "problems"} <= set(held[paths[0]])
     assert "pick:" in capsys.readouterr().out
 

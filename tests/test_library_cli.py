@@ -17,11 +17,11 @@ from certa.eval.errors import DatasetError
 from certa.runtime.errors import ConfigError
 
 MINE = [f"certa.algorithms.programs.{m}" for m in ("cot_probe", "self_consistency", "mcts", "rebase", "sc_mcts",
-                                                 "library", "tree")] + ["certa.algorithms.policies.stopping"]
+                                                 "library", "tree", "sc_cot")] + ["certa.algorithms.policies.stopping"]
 
 
 def test_registry_builds_every_program():
-    assert set(PROGRAMS) == {"cot", "sc", "mcts", "rebase", "sc-mcts"}
+    assert set(PROGRAMS) == {"cot", "sc", "mcts", "rebase", "sc-mcts", "sc-cot"}
     for name in PROGRAMS:
         prog = build(name)
         assert isinstance(prog, CompiledGraph) and "question" in prog.graph.state.model_fields

@@ -160,6 +160,46 @@ async def test_probe_stop_string_ends_the_probe(llama):
     await seq.close()
 
 
+async def test_sampled_probes_are_seeded_and_roll_back(llama):
+    """A probe sampled at the chain's temperature (the forced probe style): the same seed gives the
+    same answer, other seeds may differ, and the continuation is unchanged by either."""
+    llama.attach_scheduler(None)
+    req = lambda tag: GenRequest(prompt=COUNT, max_tokens=24, temperature=0.8, seed=3, rid=f"{tag}-{rid()}")  # noqa: E731
+    ref = await llama.open_sequence(req("ref"))
+    await ref.extend(24)
+    await ref.close()
+    seq = await llama.open_sequence(req("probed"))
+    await seq.extend(12)
+    suffix = "**Final Answer**\n\n\\[ \\boxed{"
+    a = await seq.probe(suffix, max_tokens=8, temperature=0.8, top_p=0.95, seed=11, close_brace=True, stop=("\\]",))
+    b = await seq.probe(suffix, max_tokens=8, temperature=0.8, top_p=0.95, seed=11, close_brace=True, stop=("\\]",))
+    others = {(await seq.probe(suffix, max_tokens=8, temperature=1.5, seed=s)).text for s in range(6)}
+    assert a.text == b.text and a.tokens == b.tokens and len(others) > 1
+    await seq.extend(12)
+    await seq.close()
+    assert seq._job.out == ref._job.out
+
+
+async def test_cot_program_default_runs_end_to_end_on_the_cpu_model(llama):
+    """cot_program() as shipped (the reasoning certaindex, forced probes sampled at the chain's
+    temperature) on the real model, then the same probe style probing every chunk: probes are
+    taken, counted as their own kind, and answered with the box's content."""
+    import certa as ct
+    from certa.algorithms.answers.equivalence import grade
+    from certa.algorithms.programs.cot_probe import cot_program
+    from certa.algorithms.signals.reasoning import ProbeVote
+    llama.attach_scheduler(None)
+    q = "A robe takes 2 bolts of blue fiber and half that much white fiber. How many bolts for 13 robes?"
+    r = await ct.Runtime(llama).run(cot_program(max_tokens=192, temperature=0.6, top_p=0.95), question=q, seed=1)
+    assert r.error is None and r.exit_reason in ("certaindex", "done", "cap") and 0 < r.tokens.main <= 192
+    assert r.answer is None or isinstance(grade(str(r.answer), "39"), bool)
+    probing = cot_program(max_tokens=128, temperature=0.6, top_p=0.95, signal=ProbeVote(span=128, share=1.0, every=64))
+    r = await ct.Runtime(llama).run(probing, question=q, seed=2)
+    ats = [o.at for o in r.state.probes]
+    assert ats and ats == list(range(64, 64 * len(ats) + 1, 64)), ats  # a forced probe after every chunk
+    assert 0 < r.tokens.probe <= 32 * len(ats) and all("\\]" not in o.text for o in r.state.probes)
+
+
 def test_close_brace_stops_after_the_brace_that_closes_the_suffix():
     from certa.runtime.backends.llamacpp.jobs import TextTail
     t = TextTail(close_brace=True)

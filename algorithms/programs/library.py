@@ -8,7 +8,7 @@ module on first use, so listing the names (CLI help, ``certa serve``) loads no p
 
 Example:
     >>> sorted(PROGRAMS)
-    ['cot', 'mcts', 'rebase', 'sc', 'sc-mcts']
+    ['cot', 'mcts', 'rebase', 'sc', 'sc-cot', 'sc-mcts']
     >>> describe("sc")
     'self-consistency: sample answers in rounds, majority vote'
     >>> build("sc", cap=8).knob.cap
@@ -42,6 +42,8 @@ PROGRAMS.register("rebase", f"{_HERE}.rebase:rebase_program",
                   help="REBASE: reward-balanced tree search over reasoning steps")
 PROGRAMS.register("sc-mcts", f"{_HERE}.sc_mcts:sc_mcts_program",
                   help="self-consistency whose samples are whole MCTS searches")
+PROGRAMS.register("sc-cot", f"{_HERE}.sc_cot:sc_cot_program",
+                  help="self-consistency over CoT chains, each with its own probe certaindex, stopped together")
 
 
 def build(name: str, **overrides: Any) -> CompiledGraph:

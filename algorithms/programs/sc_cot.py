@@ -76,7 +76,7 @@ def sc_cot_program(n: int = 8, *, chain: CompiledGraph | None = None, rule: Chai
         """Advance every running chain one chunk, together; read each one's current answer."""
         await asyncio.gather(*(c.advance() for c in s.chains if not c.done))
         ended = [c.done for c in s.chains]
-        finished = [c.done and c.result is not None and c.result.exit_reason != "certaindex" for c in s.chains]
+        finished = [c.exit_reason in ("done", "cap") for c in s.chains]
         answers = [str(c.answer) if c.answer is not None else "" for c in s.chains]
         order = s.order + [i for i, e in enumerate(ended) if e and i not in s.order]
         view = ChainsView(tuple(answers), tuple(ended), tuple(order), tuple(s.history), tuple(finished))

@@ -11,16 +11,17 @@ settled answer from a guess is whether the chain's *own text* has arrived at it.
   and what follows is a summary (4–14% of a reasoning chain's tokens). Reads text only: no
   probe, no decode cost; the answer is the box's value.
 - :class:`TextAgrees` — the latest probe's answer is the value of the chain's latest answer
-  statement (a box, "the answer is X", or a conclusion naming the asked quantity:
-  :func:`~certa.algorithms.signals.text.committed_answer`). A guess the text never stated
+  statement (a box, "the answer is X", or — ``kinds="any"`` — a conclusion naming the asked
+  quantity: :func:`~certa.algorithms.signals.text.statements`). A guess the text never stated
   does not count. It asks for probes only once the text has stated something.
 - :class:`ProbeVote` — over the probes of the last ``span`` tokens, the latest answer's share
   is at least ``share`` and none hesitates: stability measured in tokens, not probe counts,
   and robust to one sampled probe out of line. It asks for a probe every ``every`` tokens.
 
-The default (:func:`reasoning_signal`, ``cot_program()``'s certaindex) composes them:
-``AnyOf(Boxed(), AllOf(TextAgrees(), ProbeVote(...)))`` — exit when the chain boxed its answer,
-or when its text and a stable majority of its probes name the same value. Chosen
+The default (:func:`reasoning_signal`, ``cot_program()``'s certaindex) composes them: exit
+when the chain boxed its answer, or when its text and a stable majority of its probes name the
+same value — for ``span`` tokens after "the answer is X", for the longer ``conclude_span``
+after a conclusion ("so the total is X"), which intermediate results look like too. Chosen
 leave-one-model-out and leave-one-dataset-out on the dev probe banks
 (``benchmarks/reasoning_probes.py``; docs/evaluation.md).
 
@@ -39,13 +40,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 from certa.runtime.errors import ConfigError
 
 from certa.algorithms.signals.cot import AllOf, AnyOf, ChainView, CoTSignal
 from certa.algorithms.signals.multipath import HESITATION_WORDS, ProbeObs, has_hesitation
-from certa.algorithms.signals.text import committed_answer, same_answer, statements
+from certa.algorithms.signals.text import same_answer, statements
 
 __all__ = ["Boxed", "ProbeVote", "REASONING_DEFAULT", "TextAgrees", "reasoning_signal"]
 
@@ -79,24 +80,35 @@ class Boxed(CoTSignal):
 @dataclass(frozen=True)
 class TextAgrees(CoTSignal):
     """1.0 iff the latest probe's answer equals the chain's committed answer (the value of its
-    latest answer statement, :func:`~certa.algorithms.signals.text.committed_answer`).
+    latest answer statement, :func:`~certa.algorithms.signals.text.statements`).
 
-    Probes are due only once the text has stated an answer. ``dataset``/``question`` say what
-    the question asks for (bound per problem by :meth:`for_problem`)."""
+    ``kinds``: ``"answer"`` — only when that statement is a box or "the answer is X";
+    ``"any"`` — a conclusion naming the asked quantity counts too ("so the total is X", which
+    intermediate results also look like). Probes are due only once the text has stated an
+    answer. ``dataset``/``question`` say what the question asks for (bound per problem by
+    :meth:`for_problem`)."""
 
+    kinds: Literal["answer", "any"] = "any"
     dataset: str = "math"
     question: str = ""
     kind: ClassVar[str] = "stated"
 
+    def __post_init__(self) -> None:
+        if self.kinds not in ("answer", "any"):
+            raise ConfigError(f"unknown statement kinds {self.kinds!r}", hint="answer or any")
+
     def for_problem(self, question: str, dataset: str | None = None) -> "TextAgrees":
         """This rule for one problem (its question, and dataset when given)."""
-        return TextAgrees(dataset or self.dataset, question)
+        return TextAgrees(self.kinds, dataset or self.dataset, question)
 
     def to_dict(self) -> dict:
-        return {"kind": self.kind}  # dataset and question are the problem's (bound when run)
+        return {"kind": self.kind, "kinds": self.kinds}  # dataset and question are the problem's (bound when run)
 
     def committed(self, view: ChainView) -> str:
-        return committed_answer(_thinking(view.text), dataset=self.dataset, question=self.question)
+        found = statements(_thinking(view.text), dataset=self.dataset, question=self.question)
+        if not found or (self.kinds == "answer" and found[-1].kind == "conclude"):
+            return ""
+        return found[-1].value
 
     def probe_due(self, new_text: str, view: ChainView | None = None) -> bool:
         return view is None or bool(self.committed(view))
@@ -157,14 +169,21 @@ def _since(probes: Sequence[ProbeObs], start: int) -> list[ProbeObs] | None:
     return None
 
 
-REASONING_DEFAULT: dict[str, float | int] = {"span": 512, "share": 0.75, "every": 128}
-""":class:`ProbeVote`'s parameters in the shipped default (see :func:`reasoning_signal`)."""
+REASONING_DEFAULT: dict[str, float | int] = {"span": 512, "conclude_span": 2048, "share": 0.75, "every": 128}
+"""The shipped default's parameters (see :func:`reasoning_signal`)."""
 
 
-def reasoning_signal(span: int | None = None, share: float | None = None, every: int | None = None) -> CoTSignal:
-    """``cot_program()``'s default certaindex: ``AnyOf(Boxed(), AllOf(TextAgrees(), ProbeVote(...)))``
-    with :data:`REASONING_DEFAULT` unless overridden."""
-    vote = ProbeVote(int(span or REASONING_DEFAULT["span"]), float(share or REASONING_DEFAULT["share"]),
-                     int(every or REASONING_DEFAULT["every"]))
-    return AnyOf(Boxed(), AllOf(TextAgrees(), vote))
+def reasoning_signal(span: int | None = None, share: float | None = None, every: int | None = None,
+                     conclude_span: int | None = None) -> CoTSignal:
+    """``cot_program()``'s default certaindex, with :data:`REASONING_DEFAULT` unless overridden::
+
+        AnyOf(Boxed(),
+              AllOf(TextAgrees("answer"), ProbeVote(span, share, every)),         # "the answer is X"
+              AllOf(TextAgrees("any"), ProbeVote(conclude_span, share, every)))   # "so the total is X"
+
+    A conclusion that may be an intermediate result must hold the probes longer."""
+    d = REASONING_DEFAULT
+    share_, every_ = float(share or d["share"]), int(every or d["every"])
+    return AnyOf(Boxed(), AllOf(TextAgrees("answer"), ProbeVote(int(span or d["span"]), share_, every_)),
+                 AllOf(TextAgrees("any"), ProbeVote(int(conclude_span or d["conclude_span"]), share_, every_)))
 

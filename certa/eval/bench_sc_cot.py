@@ -106,7 +106,10 @@ def bench_sc_cot(problems: Sequence[TraceProblem], *, chains: int | None = None,
                  reps: int = 1000, dataset: str | None = None,
                  votes: Sequence[tuple[float, int]] = PROBE_VOTES) -> dict[str, Any]:
     """Score SC over CoT and its peers on a probe bank (see the module docstring)."""
-    check_traces(problems, "cot")
+    check_traces(problems, "sc")  # one line per problem; and chains with probes have one every interval:
+    probed_problems = [p for p in problems if any(s.probes for s in p.samples)]
+    if probed_problems:
+        check_traces(probed_problems, "cot")
     dev, reserved = split_reserved(problems, dataset)
     scored = list(problems) if final else dev
     if chains is not None:

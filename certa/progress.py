@@ -88,11 +88,10 @@ class RunProgress:
 
     # ---- what the caller tells --------------------------------------------------------
     def phase(self, text: str) -> None:
-        """A new phase (``loading model …``): the status line shows it, a plain log prints it."""
+        """A new phase (``loading model …``): printed, and the status line shows it with the time."""
         with self._lock:
             self._phase = text
-        if self._live is None:
-            self._print(escape(text))
+        self._print(escape(text))
 
     def watch(self, runtime: Any) -> None:
         """Count ``runtime``'s tokens from now on; the phase is "warming up" until the first one."""
@@ -145,6 +144,8 @@ class RunProgress:
     def _print(self, text: str) -> None:
         self._last_line = self.clock()
         self.console.print(text, soft_wrap=True, highlight=False)
+        if self._live is not None:
+            self._live.refresh()  # the status line under it, up to date at once
 
     def _render(self) -> Spinner:
         self._spinner.update(text=escape(self.status()))

@@ -22,7 +22,7 @@ from certa.runtime.registry import Registry
 from certa.runtime.scheduling.policies import POLICIES
 
 __all__ = ["BACKEND_HELP", "PROGRAM_HELP", "SCHEDULER_HELP", "auto_backend", "backend_options", "check_backend",
-           "make_runtime", "registry_epilog"]
+           "make_runtime", "parse_backend_opts", "registry_epilog"]
 
 PROGRAM_HELP = f"built-in program ({PROGRAMS.choices()}) or FILE.py:attr"
 BACKEND_HELP = f"auto, {BACKENDS.choices()}"
@@ -49,6 +49,25 @@ def backend_options(backend: str, model: Optional[str], url: Optional[str]) -> d
     return opts
 
 
+def parse_backend_opts(items: list[str]) -> dict[str, Any]:
+    """``--backend-opt KEY=VALUE`` pairs; a VALUE that parses as JSON is taken as JSON.
+
+    >>> parse_backend_opts(["n_seq=8", "verbose=false", "model=qwen2.5-coder-0.5b"])
+    {'n_seq': 8, 'verbose': False, 'model': 'qwen2.5-coder-0.5b'}
+    """
+    import json
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        if not sep or not key.isidentifier():
+            raise ConfigError(f"--backend-opt {item!r}: expected KEY=VALUE", hint="e.g. --backend-opt max_in_flight=8")
+        try:
+            out[key] = json.loads(raw)
+        except ValueError:
+            out[key] = raw
+    return out
+
+
 def check_backend(backend: str) -> None:
     """Raise ``ConfigError`` (listing the choices) for a ``--backend`` name no one registered.
 
@@ -61,17 +80,21 @@ def check_backend(backend: str) -> None:
         BACKENDS.entry(backend)
 
 
-def make_runtime(backend: str, model: Optional[str], scheduler: str = "fcfs", **opts: Any):
-    """Build a Runtime for a CLI backend name (``auto`` picks llama.cpp on CPU, SGLang on GPU)."""
+def make_runtime(backend: str, model: Optional[str], scheduler: str = "certa", **opts: Any):
+    """Build a Runtime for a CLI backend name (``auto`` picks llama.cpp on CPU, SGLang on GPU)
+    with one scheduling policy for all its programs (certa's by default, as ``certa serve``).
+
+    An option the backend does not take is a ``ConfigError`` naming it."""
     from certa.runtime import Runtime, Scheduler
+    from certa.runtime.scheduling.policies import make_policy
     if backend == "auto":
         backend = auto_backend()
     kwargs: dict[str, Any] = {**opts, **backend_options(backend, model, None)}
-    sched = None
-    if scheduler != "fcfs":
-        from certa.runtime.scheduling.policies import make_policy
-        sched = Scheduler(policy=make_policy(scheduler))
-    return Runtime(backend, scheduler=sched, **kwargs)
+    sched = Scheduler(policy=make_policy(scheduler))
+    try:
+        return Runtime(backend, scheduler=sched, **kwargs)
+    except TypeError as exc:  # an option the backend's constructor does not take
+        raise ConfigError(f"bad option for backend {backend!r}: {exc}", hint="see docs/backends.md") from None
 
 
 def auto_backend() -> str:

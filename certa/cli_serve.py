@@ -118,11 +118,11 @@ def serve(
 
 def _build_server(programs: List[str], backend: str, model: Optional[str], url: Optional[str],
                   backend_opts: List[str], scheduler: str, **limits: Any):
-    from certa.cli_choices import auto_backend, backend_options
+    from certa.cli_choices import auto_backend, backend_options, parse_backend_opts
     from certa.serve import Server
     if backend == "auto":
         backend = auto_backend()
-    opts: dict[str, Any] = {**_parse_opts(backend_opts), **backend_options(backend, model, url)}
+    opts: dict[str, Any] = {**parse_backend_opts(backend_opts), **backend_options(backend, model, url)}
     from certa.serve.programs import served_programs
     specs = served_programs(programs)  # a file's program is served under its graph's name
     try:
@@ -130,20 +130,3 @@ def _build_server(programs: List[str], backend: str, model: Optional[str], url: 
     except TypeError as exc:  # an option the backend does not take
         from certa.runtime.errors import ConfigError
         raise ConfigError(f"bad option for backend {backend!r}: {exc}", hint="see docs/backends.md") from None
-
-
-def _parse_opts(items: List[str]) -> dict[str, Any]:
-    """``KEY=VALUE`` pairs; a VALUE that parses as JSON is taken as JSON (``8``, ``false``, ``["a"]``)."""
-    import json
-
-    from certa.runtime.errors import ConfigError
-    out: dict[str, Any] = {}
-    for item in items:
-        key, sep, raw = item.partition("=")
-        if not sep or not key.isidentifier():
-            raise ConfigError(f"--backend-opt {item!r}: expected KEY=VALUE", hint="e.g. --backend-opt max_in_flight=8")
-        try:
-            out[key] = json.loads(raw)
-        except ValueError:
-            out[key] = raw
-    return out

@@ -41,8 +41,7 @@ def load_target(target: str, options: dict[str, Any] | None = None) -> Any:
     from certa.algorithms.programs.library import PROGRAMS, build
     if target in PROGRAMS:
         return build(target, **(options or {}))
-    raise ConfigError(f"unknown program {target!r}",
-                      hint=f"use a built-in name ({PROGRAMS.choices()}) or FILE.py:attribute")
+    raise ConfigError(f"unknown program {target!r}", hint=f"{PROGRAMS.hint(target)}; or FILE.py:attribute")
 
 
 def _exec_file(file: pathlib.Path) -> Any:

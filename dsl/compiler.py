@@ -20,7 +20,6 @@ and warns (:class:`certa.dsl.errors.CompileWarning`) for CT111 (no ``@answer`` a
 
 from __future__ import annotations
 
-import difflib
 import typing
 import warnings
 from dataclasses import dataclass
@@ -32,14 +31,14 @@ from certa.dsl.errors import (InvalidGraphError, InvalidJoinError, JoinWithoutFa
                               MissingCertaindexError, UnboundedFanoutError, UnboundedLoopError, UnhintedRouterWarning,
                               UnknownStateKeyError, UnknownStepError, UnreachableStepError)
 from certa.runtime.policy import Policy
+from certa.runtime.registry import did_you_mean
 
 from certa.dsl.graph import END, START, Graph
 from certa.dsl.state import reducers_of
 
 
 def _suggest(name: str, options: list[str]) -> str | None:
-    close = difflib.get_close_matches(name, options, n=1)
-    return f"did you mean {close[0]!r}?" if close else f"known steps: {', '.join(options)}"
+    return did_you_mean(name, options) or f"known steps: {', '.join(options)}"
 
 
 @dataclass(frozen=True)

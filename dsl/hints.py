@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import types
 import typing
 from collections.abc import Callable
 from typing import Any, Literal
@@ -15,11 +16,7 @@ def router_destinations(router: Callable[..., Any]) -> tuple[tuple[str, ...] | N
         >>> router_destinations(r)
         (('vote', 'sample'), False)
     """
-    try:
-        hints = typing.get_type_hints(router)
-    except Exception:  # noqa: BLE001 - unresolvable annotations: treat as unknown
-        hints = getattr(router, "__annotations__", {})
-    ret = hints.get("return")
+    ret = _return_hint(router)
     if ret is None:
         return None, False
     names: list[str] = []
@@ -44,3 +41,25 @@ def router_destinations(router: Callable[..., Any]) -> tuple[tuple[str, ...] | N
     if unknown or not names:
         return (tuple(names) if names and not sends else None), sends
     return tuple(names), sends
+
+
+def _no_op() -> None: ...
+
+
+def _return_hint(router: Callable[..., Any]) -> Any:
+    """The router's resolved return annotation, or None. Resolved on its own when another
+    annotation does not resolve (a state class local to a function, in a module with
+    ``from __future__ import annotations``: ``def first(s: Q) -> Literal["a", "b"]``)."""
+    try:
+        return typing.get_type_hints(router).get("return")
+    except Exception:  # noqa: BLE001 - some annotation does not resolve: try the return hint alone
+        pass
+    raw = getattr(router, "__annotations__", {}).get("return")
+    if not isinstance(raw, str):
+        return raw
+    alone = types.FunctionType(_no_op.__code__, getattr(router, "__globals__", {}))
+    alone.__annotations__ = {"return": raw}
+    try:
+        return typing.get_type_hints(alone).get("return")
+    except Exception:  # noqa: BLE001 - unresolvable: unknown destinations (compile warns CT112)
+        return None

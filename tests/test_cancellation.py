@@ -27,7 +27,6 @@ from certa.runtime.backends.testing.faults import FaultyBackend
 from .conftest import make_sc, never
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-MODEL_FILE = pathlib.Path.home() / ".cache" / "certa" / "models" / "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
 
 
 def sc_graph(name="sc", cap=8, fanout=4):
@@ -202,8 +201,10 @@ def test_ctrl_c_in_cli_aborts_in_flight_requests(tmp_path):
 async def llamacpp_backend():
     """The embedded engine on the 0.5B model (skips when llama.cpp or the model is absent)."""
     llamacpp = pytest.importorskip("certa.runtime.backends.llamacpp.backend", reason="llama.cpp backend not available")
-    if not MODEL_FILE.is_file():
-        pytest.skip(f"model file {MODEL_FILE} not present")
+    from certa.runtime import models
+    small = models.KNOWN_MODELS["qwen2.5-coder-0.5b"]
+    if models.locate(small)[0] == "missing":  # in the cache, or installed as packages
+        pytest.skip(f"the 0.5B model is not installed ({small.pip_hint})")
     backend = llamacpp.LlamaCppBackend(model="qwen2.5-coder-0.5b", n_ctx=2048, n_seq=8)
     yield backend
     await backend.close()

@@ -367,3 +367,35 @@ def test_amx_cpus_load_without_extra_weight_buffers(tmp_path):
     m = LlamaModel(_small_model_path(), extra_buffers=False)
     assert m.extra_buffers is False
     assert LlamaModel(_small_model_path()).extra_buffers is (not cpu_has_amx())
+
+
+def test_llama_cpp_logs_only_errors_unless_verbose(capfd):
+    """issue 40: llama.cpp's load warnings ("control-looking token ...") no longer reach a
+    user's terminal; ``verbose=True`` (``certa run --verbose``) shows the whole log."""
+    from certa.runtime.backends.llamacpp.model import LlamaModel, set_llama_logs
+    set_llama_logs(False)
+    LlamaModel(_small_model_path()).close()
+    quiet = capfd.readouterr().err
+    set_llama_logs(True)
+    try:
+        LlamaModel(_small_model_path()).close()
+    finally:
+        set_llama_logs(False)
+    loud = capfd.readouterr().err
+    assert quiet == "" and "llama_model_loader" in loud
+
+
+async def test_the_installed_model_loads_in_place_with_no_copy_on_disk(tmp_path, monkeypatch):
+    """issue 40: the engine reads the installed part packages in memory; the cache gets only a marker."""
+    from certa.runtime.backends.llamacpp.backend import LlamaCppBackend
+    if models.part_paths(SMALL) is None:
+        pytest.skip(f"the 0.5B packages are not installed ({SMALL.pip_hint})")
+    monkeypatch.setenv("CERTA_CACHE", str(tmp_path))
+    b = LlamaCppBackend("qwen2.5-coder-0.5b", n_ctx=256, n_seq=1, n_threads=THREADS)
+    try:
+        assert b.model_source == "memory" and b.model_path.name == SMALL.filename
+        out = await b.generate(GenRequest(prompt=COUNT, max_tokens=4, rid=rid(), temperature=0.0))
+        assert out.tokens == 4 and "four" in out.text.lower()
+    finally:
+        await b.close()
+    assert [p.name for p in tmp_path.iterdir()] == [f"{SMALL.filename}.parts.verified"]

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import sys
 
 import pytest
 from typer.testing import CliRunner
 
 from certa import cli_models
-from certa.runtime import models
+from certa.runtime import model_source, models
 from certa.runtime.errors import ModelIntegrityError, ModelNotFoundError
 
 GGUF = b"GGUF" + bytes(range(60))
@@ -146,3 +147,61 @@ def test_cli_list_path_verify(env, only, tmp_path):
     assert out.exit_code == 2 and "CT302" in out.output and "hint:" in out.output
     out = run(cli_models.app, ["path", str(tmp_path / "nope.gguf")])
     assert out.exit_code == 2 and out.output.count("\n") == 2 and "CT301" in out.output
+
+
+# ---- loading reads the installed parts in place: one copy on disk (issue 40) -------------------
+def test_open_model_reads_the_parts_in_memory_and_writes_no_copy(env, only):
+    only(fake_spec())
+    with model_source.open_model("fake-1b") as src:
+        assert (src.where, src.name, src.size, src.in_memory) == ("memory", "fake-1b.gguf", len(GGUF), True)
+        assert src.path.read_bytes() == GGUF
+        loaded = src.path
+    assert not loaded.exists(), "closing frees the in-memory copy"
+    assert sorted(p.name for p in env.iterdir()) == ["fake-1b.gguf.parts.verified"], "no model file in the cache"
+    assert not any(m.startswith("certa_fake_part") for m in sys.modules)
+
+
+def test_vouched_parts_are_not_rehashed_and_a_write_to_a_part_is_caught(env, only, monkeypatch, tmp_path):
+    only(fake_spec())
+    model_source.open_model("fake-1b").close()  # verifies and vouches
+    with monkeypatch.context() as m:
+        m.setattr(model_source.hashlib, "sha256", lambda *a: pytest.fail("rehashed vouched parts"))
+        with model_source.open_model("fake-1b") as src:
+            assert src.path.read_bytes() == GGUF
+    part = tmp_path / "site" / "certa_fake_part2" / "data" / "part02.bin"
+    st = part.stat()
+    part.write_bytes(b"x" * st.st_size)  # same size; the old mtime put back: the inode change time still moves
+    os.utime(part, ns=(st.st_atime_ns, st.st_mtime_ns))
+    with pytest.raises(ModelIntegrityError, match="installed parts of fake-1b") as e:
+        model_source.open_model("fake-1b")
+    assert "--force-reinstall" in str(e.value)
+
+
+def test_open_model_uses_an_existing_cache_file_or_an_explicit_path(env, only, tmp_path):
+    only(fake_spec())
+    cached = models.resolve_model("fake-1b")  # `certa models path` wrote one
+    with model_source.open_model("fake-1b") as src:
+        assert (src.where, src.path, src.in_memory) == ("cache", cached, False)
+    f = tmp_path / "mine.gguf"
+    f.write_bytes(GGUF)
+    with model_source.open_model(str(f)) as src:
+        assert (src.where, src.path, src.name) == ("file", f, "mine.gguf")
+    with pytest.raises(ModelNotFoundError, match="no model file"):
+        model_source.open_model(tmp_path / "missing.gguf")
+
+
+def test_without_memfd_the_cache_file_is_the_one_copy(env, only, monkeypatch):
+    only(fake_spec())
+    monkeypatch.setattr(model_source, "_memfd_works", lambda: False)
+    with model_source.open_model() as src:
+        assert src.where == "cache" and src.path == env / "fake-1b.gguf" and src.path.read_bytes() == GGUF
+
+
+def test_cli_verify_hashes_installed_parts_in_place(env, only, tmp_path):
+    only(fake_spec())
+    out = CliRunner().invoke(cli_models.app, ["verify", "fake-1b"])
+    assert out.exit_code == 0 and "installed packages): OK" in out.output
+    assert not (env / "fake-1b.gguf").exists()
+    only(fake_spec(sha="0" * 64))
+    out = CliRunner().invoke(cli_models.app, ["verify", "fake-1b"])
+    assert out.exit_code == 2 and "CT302" in out.output and "--force-reinstall" in out.output

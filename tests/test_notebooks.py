@@ -1,7 +1,8 @@
 """Every examples/*.ipynb executes top to bottom without an error (nbclient, one fresh kernel each).
 
-Needs the ``notebooks`` extra (nbclient, nbformat, ipykernel, matplotlib); skipped with a reason otherwise.
-Notebooks are committed without outputs.
+Needs the ``notebooks`` extra (jupyterlab, nbclient, nbformat, ipykernel, matplotlib); skipped with a
+reason otherwise. Notebooks are committed executed, with small outputs, so a code host shows them
+(issue 40): ``python examples/execute_notebooks.py`` re-executes and stores them.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ import pytest
 
 import certa as ct
 from certa.algorithms.programs.library import build
+
+from .conftest import load_example
 
 EXAMPLES = pathlib.Path(__file__).resolve().parent.parent / "examples"
 NOTEBOOKS = sorted(EXAMPLES.glob("*.ipynb"))
@@ -44,12 +47,28 @@ def test_there_are_notebooks():
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
-def test_notebook_is_committed_without_outputs(path):
+def test_notebook_is_committed_executed_with_small_outputs(path):
+    """Every code cell ran, in order, in one kernel session, without an error; the file stays small."""
+    script = load_example("execute_notebooks")
+    MAX_BYTES, MAX_TEXT = script.MAX_BYTES, script.MAX_TEXT  # noqa: N806
     nb = json.loads(path.read_text(encoding="utf-8"))
-    for cell in nb["cells"]:
-        if cell["cell_type"] == "code":
-            assert not cell.get("outputs") and cell.get("execution_count") is None, \
-                f"{path.name}: clear the outputs before committing"
+    code = [c for c in nb["cells"] if c["cell_type"] == "code"]
+    rerun = "rerun `python examples/execute_notebooks.py`"
+    assert [c.get("execution_count") for c in code] == list(range(1, len(code) + 1)), \
+        f"{path.name}: stored without outputs, or not run top to bottom in one session: {rerun}"
+    assert sum(bool(c.get("outputs")) for c in code) >= len(code) // 2, f"{path.name}: few outputs stored: {rerun}"
+    errors = [o for c in code for o in c.get("outputs", []) if o["output_type"] == "error"]
+    assert not errors, f"{path.name} was stored with an error output: {errors[0].get('ename')}"
+    texts = ["".join(o.get("text", "")) for c in code for o in c.get("outputs", []) if o["output_type"] == "stream"]
+    assert all(len(t) <= MAX_TEXT + 40 for t in texts), f"{path.name}: a long text output: {rerun}"
+    assert path.stat().st_size <= MAX_BYTES, f"{path.name}: {path.stat().st_size:,} bytes"
+    assert "language_info" not in nb["metadata"] and not any("execution" in c["metadata"] for c in code)
+
+
+def test_the_notebooks_extra_installs_a_front_end():
+    import tomllib
+    extra = tomllib.loads((EXAMPLES.parent / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert any(dep.startswith(("jupyterlab", "notebook")) for dep in extra["notebooks"])
 
 
 @pytest.mark.slow

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
-import os
 import socket
 import subprocess
 import sys
@@ -31,13 +30,14 @@ SERVER_DEPS = ("llama_cpp", "fastapi", "uvicorn", "sse_starlette", "starlette_co
 
 
 def _model_path() -> Path:
-    """The 0.5B test model: through certa's model resolver when present, else the cache path."""
+    """The 0.5B test model as a file (``llama_cpp.server`` loads a path, so the resolver writes it to
+    the cache); where it would be when the model is not installed."""
+    from certa.runtime.errors import ModelNotFoundError
+    from certa.runtime.models import cache_dir, resolve_model
     try:
-        from certa.runtime.models import resolve_model
-
-        return Path(resolve_model("qwen2.5-coder-0.5b"))
-    except Exception:  # resolver absent or model not installed: look in the cache directly
-        return Path(os.environ.get("CERTA_CACHE") or Path.home() / ".cache" / "certa" / "models").expanduser() / MODEL_NAME
+        return resolve_model("qwen2.5-coder-0.5b")
+    except ModelNotFoundError:
+        return cache_dir() / MODEL_NAME
 
 
 def _free_port() -> int:
@@ -54,7 +54,7 @@ def llama_server():
         pytest.skip(f"llama_cpp.server needs {', '.join(missing)} (pip install 'certa[server-test]')")
     model = _model_path()
     if not model.exists():
-        pytest.skip(f"model {model} is missing (see docs/models.md)")
+        pytest.skip(f"model {model} is missing (pip install 'certa[model-small]')")
     import httpx
 
     port = _free_port()

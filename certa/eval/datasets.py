@@ -185,7 +185,8 @@ def _resolve(name_or_path: str | os.PathLike[str], sample: bool = False) -> tupl
 
 def load_dataset(name_or_path: str | os.PathLike[str], *, idx: IdxSpec = None,
                  limit: int | None = None, allow_reserved: bool = False,
-                 sample_fallback: Callable[[str], None] | None = None) -> list[Problem]:
+                 sample_fallback: Callable[[str], None] | None = None,
+                 allow_with: str = "allow_reserved=True") -> list[Problem]:
     """Load problems by dataset name (``gsm8k``, ``math500``, ``aime24``, ``amc23``,
     ``asdiv``) or from a ``.jsonl`` file with ``question``/``problem`` and ``answer``/``gold``
     fields (optional ``idx``). A file inside a folder named like a dataset is read as that
@@ -198,6 +199,9 @@ def load_dataset(name_or_path: str | os.PathLike[str], *, idx: IdxSpec = None,
     dataset with a bundled sample (:data:`SAMPLES`) is read from it instead, and
     ``sample_fallback`` is called once with a one-line notice saying so, how many sample
     problems there are, and whether ``limit`` asked for more. ``certa run`` prints it on stderr.
+
+    ``allow_with``: how the caller's user allows reserved rows, named in the refusal's hint
+    (``certa run`` passes its flag, ``--final``).
 
     >>> [p.idx for p in load_dataset("amc23", idx="2:8:2")]  # doctest: +SKIP
     [2, 4, 6]
@@ -215,7 +219,7 @@ def load_dataset(name_or_path: str | os.PathLike[str], *, idx: IdxSpec = None,
                 shown = ", ".join(map(str, reserved[:5])) + (" ..." if len(reserved) > 5 else "")
                 raise DatasetError(
                     f"{name} idx >= {cut} is the reserved test split (asked for {shown})",
-                    hint=f"develop on idx < {cut}; pass allow_reserved=True only for final reports")
+                    hint=f"develop on idx < {cut}; pass {allow_with} only for final reports")
         order = {i: rank for rank, i in enumerate(dict.fromkeys(wanted))}
         problems = sorted((p for p in problems if p.idx in order), key=lambda p: order[p.idx])
         sliced = isinstance(idx, slice) or (isinstance(idx, str) and ":" in idx)

@@ -105,13 +105,12 @@ class Tokenizer:
             import llama_cpp
         except ImportError:
             return cls.approximate()
-        from certa.runtime.models import resolve_model
-        path = resolve_model(model or "qwen2.5-coder-0.5b")
-        with _quiet_stderr():  # llama.cpp logs a context warning from C even when not verbose
-            llm = llama_cpp.Llama(model_path=str(path), vocab_only=True, verbose=False)
+        from certa.runtime.model_source import open_model
+        with open_model(model or "qwen2.5-coder-0.5b") as src, _quiet_stderr():  # no copy of an installed model
+            llm = llama_cpp.Llama(model_path=str(src.path), vocab_only=True, verbose=False)
         kind = llm.metadata.get("tokenizer.ggml.pre", "bpe")
         piece = functools.lru_cache(maxsize=None)(lambda t: llm.detokenize([t]))
-        return cls(f"{kind}-bpe:{path.name}", lambda b: llm.tokenize(b, add_bos=False, special=False), piece)
+        return cls(f"{kind}-bpe:{src.name}", lambda b: llm.tokenize(b, add_bos=False, special=False), piece)
 
     def count(self, text: str) -> int:
         """Tokens of ``text``."""

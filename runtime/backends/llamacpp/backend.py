@@ -29,15 +29,16 @@ import itertools
 import os
 import zlib
 from collections.abc import Callable
+from pathlib import Path
 
 from certa.runtime.errors import BackendError, LimitExceededError
-from certa.runtime.models import resolve_model
+from certa.runtime.model_source import open_model
 from certa.runtime.scheduling.scheduler import Scheduler
 from certa.runtime.types import Capabilities, GenRequest, GenResult, ScoreRequest, ScoreResult
 from certa.runtime.backends.base import Backend, BackendSequence
 from certa.runtime.backends.llamacpp.engine import LlamaEngine
 from certa.runtime.backends.llamacpp.jobs import Job, Probe, TextTail
-from certa.runtime.backends.llamacpp.model import LlamaModel, quiet_llama_logs
+from certa.runtime.backends.llamacpp.model import LlamaModel, set_llama_logs
 
 
 class LlamaCppBackend(Backend):
@@ -47,23 +48,26 @@ class LlamaCppBackend(Backend):
         model: a GGUF path, a known name (``"qwen2.5-coder-0.5b"``, ``"qwen2.5-coder-1.5b"``) or
             None for the default (see :mod:`certa.runtime.models`).
         n_ctx: KV cells shared by all sequences; n_seq: sequence slots (concurrent requests).
-        n_threads: CPU threads (default: all cores); seed: base seed for requests without one.
+        n_threads: CPU threads (default: the cores less one, see
+            :func:`~certa.runtime.backends.llamacpp.engine.default_threads`); seed: base seed for
+            requests without one.
         max_batch_tokens: tokens evaluated per iteration (prefill chunk + decodes).
         cache_limit: KV tokens of finished requests kept for prefix reuse (default n_ctx/4).
         extra_buffers: llama.cpp's repacked weight layouts; None = on except on AMX CPUs, where
             they crash (:func:`~certa.runtime.backends.llamacpp.model.cpu_has_amx`).
-        verbose: let llama.cpp log to stderr. On a machine whose cores other processes also
-            use, pass ``n_threads`` below the core count (see :class:`LlamaEngine`).
+        verbose: let llama.cpp log everything to stderr (default: its errors only).
     """
 
     def __init__(self, model: str | os.PathLike | None = None, *, n_ctx: int = 8192, n_seq: int = 16,
                  n_threads: int | None = None, seed: int = 0, max_batch_tokens: int = 512, n_gpu_layers: int = 0,
                  record_iterations: bool = True, cache_limit: int | None = None, extra_buffers: bool | None = None,
                  verbose: bool = False) -> None:
-        if not verbose:
-            quiet_llama_logs()
-        self.model_path = resolve_model(model)
-        self.model = LlamaModel(self.model_path, n_gpu_layers=n_gpu_layers, extra_buffers=extra_buffers)
+        set_llama_logs(verbose)
+        with open_model(model) as source:  # an installed model is read in place: no copy on disk
+            self.model_path = Path(source.name) if source.in_memory else source.path
+            self.model_source = source.where
+            self.model = LlamaModel(source.path, n_gpu_layers=n_gpu_layers, extra_buffers=extra_buffers,
+                                    mmap=not source.in_memory, name=source.name)
         try:
             self.engine = LlamaEngine(self.model, n_ctx=n_ctx, n_seq=n_seq, n_threads=n_threads,
                                       max_batch_tokens=max_batch_tokens, record_iterations=record_iterations,

@@ -55,13 +55,32 @@ def _close_all() -> None:  # stop engine threads before ctypes and the model go 
         engine.close()
 
 
+def default_threads() -> int:
+    """llama.cpp threads when none are asked for: the cores this process may use, less one (at least 1).
+
+    All cores are fastest on an idle machine, but llama.cpp's threads meet at spin barriers
+    each layer, so when anything else runs a decode step can stall for seconds (below); one
+    core left free keeps the machine usable and the engine steady. Pass ``n_threads`` (``certa
+    run --threads``) to use them all.
+
+    >>> default_threads() >= 1
+    True
+    """
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not Linux
+        cores = os.cpu_count() or 1
+    return max(1, cores - 1)
+
+
 class LlamaEngine:
     """Continuous batching over one llama.cpp context. Public methods are thread-safe.
 
     Args:
         model: a loaded :class:`LlamaModel` (freed by :meth:`close` when ``owns_model``).
         n_ctx: KV cells shared by all slots; n_seq: sequence slots (concurrent jobs).
-        n_threads: CPU threads (default: all cores); max_batch_tokens: tokens per iteration.
+        n_threads: CPU threads (default :func:`default_threads`: one core left free);
+            max_batch_tokens: tokens per iteration.
         record_iterations: keep per-iteration records for the simulator's cost model.
         cache_limit: tokens of finished requests' KV kept for prefix reuse (default n_ctx/4).
 
@@ -77,7 +96,7 @@ class LlamaEngine:
         if n_seq < 1 or n_ctx < 16 or max_batch_tokens < 1:
             raise ConfigError(f"bad engine sizes n_seq={n_seq} n_ctx={n_ctx} max_batch_tokens={max_batch_tokens}")
         self.model, self._owns_model = model, owns_model
-        threads = n_threads or os.cpu_count() or 1
+        threads = n_threads or default_threads()
         cp = lc.llama_context_default_params()
         cp.n_ctx, cp.n_batch, cp.n_ubatch = n_ctx, max_batch_tokens, max_batch_tokens
         cp.n_seq_max, cp.kv_unified, cp.no_perf = n_seq, True, True
@@ -329,4 +348,4 @@ class LlamaEngine:
                 deliver(probe.future.get_loop(), probe.future, exc=BackendError("the llama.cpp engine was closed"))
 
 
-__all__ = ["LlamaEngine"]
+__all__ = ["LlamaEngine", "default_threads"]

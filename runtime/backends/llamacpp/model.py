@@ -16,7 +16,7 @@ Example:
 from __future__ import annotations
 
 import ctypes
-import logging
+import sys
 import threading
 from pathlib import Path
 
@@ -38,13 +38,35 @@ def _init_backend() -> None:
             _backend_ready = True
 
 
+# ggml's log levels (ggml.h): NONE 0, DEBUG 1, INFO 2, WARN 3, ERROR 4, CONT 5 (continues the
+# previous message). llama-cpp-python's own callback maps them one off (WARN as ERROR), so its
+# "errors only" setting still prints warnings such as "control-looking token ... was not
+# control-type" on every load; certa installs its own callback instead.
+_GGML_ERROR, _GGML_CONT = 4, 5
+_log_state = {"verbose": False, "last": 0}
+
+
+@lc.llama_log_callback
+def _log_callback(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:  # pragma: no cover - C calls it
+    shown = level if level != _GGML_CONT else _log_state["last"]
+    _log_state["last"] = shown
+    if _log_state["verbose"] or shown == _GGML_ERROR:
+        sys.stderr.write(text.decode("utf-8", errors="replace"))
+        sys.stderr.flush()
+
+
+def set_llama_logs(verbose: bool) -> None:
+    """Route llama.cpp's native log to stderr: everything when ``verbose``, else errors only.
+
+    Process-wide (llama.cpp has one log callback); the last call wins.
+    """
+    _log_state["verbose"] = verbose
+    lc.llama_log_set(_log_callback, ctypes.c_void_p(0))
+
+
 def quiet_llama_logs() -> None:
-    """Route llama.cpp's native log to errors only (the library logger llama-cpp-python uses)."""
-    logging.getLogger("llama-cpp-python").setLevel(logging.ERROR)
-    try:
-        import llama_cpp._logger  # noqa: F401  (installs the callback that honours that logger)
-    except ImportError:  # pragma: no cover
-        pass
+    """llama.cpp's native log: errors only (``set_llama_logs(False)``)."""
+    set_llama_logs(False)
 
 
 def cpu_has_amx(cpuinfo: str | Path = "/proc/cpuinfo") -> bool:
@@ -73,17 +95,22 @@ def _raise(message: str) -> None:
 class LlamaModel:
     """One GGUF model: weights, vocabulary, tokenizer, chat template and sampler factory."""
 
-    def __init__(self, path: str | Path, *, n_gpu_layers: int = 0, extra_buffers: bool | None = None) -> None:
+    def __init__(self, path: str | Path, *, n_gpu_layers: int = 0, extra_buffers: bool | None = None,
+                 mmap: bool = True, name: str | None = None) -> None:
         """Load ``path``. ``extra_buffers``: llama.cpp's repacked weight layouts (faster CPU
         matmuls); None (default) enables them except on AMX CPUs, where they crash
-        (:func:`cpu_has_amx`)."""
+        (:func:`cpu_has_amx`). ``mmap=False`` reads the file into llama.cpp's own buffers (for
+        an in-memory file that is freed after loading). ``name``: the file name to report
+        (default: ``path``'s)."""
         _init_backend()
-        self.path = Path(path)
+        self.path = Path(path) if name is None else Path(name)  # an in-memory file: its name only
         params = lc.llama_model_default_params()
         params.n_gpu_layers = n_gpu_layers
+        if not mmap:
+            params.load_mode = lc.LLAMA_LOAD_MODE_NONE
         self.extra_buffers = (not cpu_has_amx()) if extra_buffers is None else extra_buffers
         params.use_extra_bufts = self.extra_buffers
-        ptr = lc.llama_model_load_from_file(str(self.path).encode(), params)
+        ptr = lc.llama_model_load_from_file(str(path).encode(), params)
         if not ptr:
             raise ConfigError(f"llama.cpp could not load {self.path}", hint="is it a complete GGUF file?")
         self.ptr = ptr
@@ -218,4 +245,4 @@ class LlamaModel:
             lc.llama_model_free(ptr)
 
 
-__all__ = ["LlamaModel", "quiet_llama_logs"]
+__all__ = ["LlamaModel", "quiet_llama_logs", "set_llama_logs"]

@@ -45,7 +45,7 @@ Example:
     >>> b = ct.ScriptedBackend(responses=[chain], probe=lambda text, suffix: "18}")
     >>> r = ct.Runtime(b).run_sync(cot_program(max_tokens=1024), question="What is 9 * 2?")
     >>> r.answer, r.exit_reason, r.tokens.main, r.tokens.probe
-    ('18', 'certaindex', 576, 5)
+    ('18', 'certaindex', 320, 3)
 """
 
 from __future__ import annotations
@@ -135,17 +135,17 @@ class ChunkRead:
 
 async def read_chunk(rule: CoTSignal, probes: list[ProbeObs], text: str, tokens: int, probed_chars: int, *,
                      probe_from: int, ask: Callable[[], Awaitable[ProbeObs]]) -> ChunkRead:
-    """Read the chain after a chunk: evaluate the rule; unless it already reads 1.0 (the text
-    alone settled it), take a probe (``ask``) when the rule reads probes and one is due, and
-    evaluate again. The one copy of this logic: ``cot_program`` runs it live,
+    """Read the chain after a chunk: unless the text alone settles the rule (no probe could change
+    that), take a probe (``ask``) when the rule reads probes and one is due; then evaluate the
+    rule. The one copy of this logic: ``cot_program`` runs it live,
     :class:`~certa.eval.replay.ReplayCoT` on recorded chains."""
     view = ChainView(probes, text, tokens)
     new: ProbeObs | None = None
-    value = rule(view)
-    if value < 1.0 and rule.reads_probes and tokens >= probe_from and rule.probe_due(text[probed_chars:], view):
+    if not rule.settled_by_text(view) and rule.reads_probes and tokens >= probe_from and \
+            rule.probe_due(text[probed_chars:], view):
         new = await ask()
         view, probed_chars = ChainView([*probes, new], text, tokens), len(text)
-        value = rule(view)
+    value = rule(view)
     return ChunkRead(new, value, rule.answer(view) if value >= 1.0 else None, probed_chars)
 
 

@@ -95,6 +95,10 @@ class CoTSignal:
         """The answer this signal vouches for when it reads 1.0 (default: the latest probe's)."""
         return view.probes[-1].answer if view.probes else None
 
+    def settled_by_text(self, view: ChainView) -> bool:
+        """Whether the chain's text alone already sets this signal to 1.0 (a probe is then moot)."""
+        return not self.reads_probes and self(view) >= 1.0
+
     def to_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, **{k: v for k, v in vars(self).items()}}
 
@@ -319,6 +323,9 @@ class AnyOf(AllOf):
 
     def probe_due(self, new_text: str, view: ChainView | None = None) -> bool:
         return any(p.probe_due(new_text, view) for p in self.parts if p.reads_probes)
+
+    def settled_by_text(self, view: ChainView) -> bool:
+        return any(p.settled_by_text(view) for p in self.parts)
 
     @property
     def min_tokens(self) -> int:  # type: ignore[override]

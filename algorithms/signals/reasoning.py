@@ -30,7 +30,7 @@ Example:
     >>> rule = reasoning_signal()
     >>> text = "<think>So the answer is 18. Let me verify: 9 * 2 = 18."
     >>> probes = [ProbeObs(at, "18", "18}") for at in (256, 512, 768, 1024, 1280)]
-    >>> rule(ChainView(probes, text, 1280)), rule(ChainView(probes[:2], text, 512))
+    >>> rule(ChainView(probes, text, 1280)), rule(ChainView(probes[:1], text, 256))
     (1.0, 0.0)
     >>> Boxed()(ChainView([], "<think>... so \\boxed{18}.\n", 300)), Boxed().answer(ChainView([], "\\boxed{18}.\n", 9))
     (1.0, '18')
@@ -169,7 +169,7 @@ def _since(probes: Sequence[ProbeObs], start: int) -> list[ProbeObs] | None:
     return None
 
 
-REASONING_DEFAULT: dict[str, float | int] = {"span": 512, "conclude_span": 2048, "share": 0.75, "every": 128}
+REASONING_DEFAULT: dict[str, float | int] = {"span": 256, "conclude_span": 2048, "share": 1.0, "every": 128}
 """The shipped default's parameters (see :func:`reasoning_signal`)."""
 
 

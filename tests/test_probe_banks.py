@@ -129,3 +129,21 @@ def test_cli_scores_a_bank_and_reports_its_headroom(tmp_path):
         assert "certa-default" in json.loads(out.read_text())["methods"]
     res = runner.invoke(app, ["traces", "headroom", "--traces", str(bank)])
     assert res.exit_code == 0 and "oracle-settled" in res.output
+
+
+def test_sc_over_cot_runs_eight_chains_of_a_bank_probed_every_128_tokens():
+    # 8 chains, probes every 128 tokens (rounds of 128): chains 0-4 box 7 in their thinking at 256
+    # (round 2), chains 5-7 think on until 1024 and answer 9. Round 2: five ended on 7, three running:
+    # 5 - 0 > 3, so the vote is settled; every chain has 256 tokens: 8 * 256 = 2048.
+    def bank_chain(box_at: int, answer: str, tokens: int) -> dict:
+        segs = [THINKS] * (tokens // 64)
+        segs[box_at // 64 - 1] = f"So \\boxed{{{answer}}}.\n"
+        c = chain(segs, [answer] * len(segs), pred=answer, correct=answer == "7")
+        c["probes"] = [q for q in c["probes"] if q["at"] % 128 == 0 and q["at"] < tokens]
+        return c
+    chains = [bank_chain(256, "7", 640)] * 5 + [bank_chain(1024, "9", 1088)] * 3
+    p = parse_trace_line(json.dumps({**problem(0, chains), "interval": 128}))
+    report = bench_sc_cot([p], reps=20, votes=())
+    default = report["methods"]["certa-default"]
+    assert report["round_tokens"] == 128 and report["chains_per_problem"] == [8]
+    assert default["tokens"] == 8 * 256 and default["accuracy"] == 1.0 and default["lost"] == 0

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from certa.moved import install as _install_moved
 from certa.runtime.lazy import lazy_exports
 
 __version__ = "0.1.0"
@@ -55,3 +56,4 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
 
 
 __getattr__, __dir__ = lazy_exports(__name__, _LAZY)
+_install_moved()  # certa.drawing, certa.cli_run, ...: old names of moved modules (certa.moved)

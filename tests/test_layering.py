@@ -111,7 +111,7 @@ def upward_imports() -> list[tuple[str, str, str]]:
 def test_the_walk_sees_every_layer_and_function_level_imports():
     assert {layer(m) for m in _ALL} == set(LAYERS)
     assert len(_ALL) > 100 and "certa.runtime.backends.registry" in _ALL and "certa.cli" in _ALL
-    found = dict((t, ln) for ln, t in imports("certa.cli_choices", _ALL["certa.cli_choices"]))
+    found = dict((t, ln) for ln, t in imports("certa.cli.options", _ALL["certa.cli.options"]))
     assert "certa.runtime" in found  # imported inside make_runtime only
 
 

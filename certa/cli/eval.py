@@ -22,7 +22,7 @@ from typing import Any, Optional
 import typer
 from rich.console import Console
 
-from certa.cli_errors import error_line, fail
+from certa.cli.errors import fail
 from certa.runtime.errors import CertaError, ConfigError
 
 console = Console(stderr=True)
@@ -40,8 +40,6 @@ _PROGRAM = typer.Option(..., "--program", help="sc, cot or sc-cot (SC over CoT c
 _TRACES = typer.Option(..., "--traces", help="trace file (JSONL, the documented trace format)")
 
 
-_fail = fail
-_error_line = error_line
 
 
 def _program(name: str, allowed: tuple[str, ...] = ("sc", "cot")) -> str:
@@ -99,7 +97,7 @@ def calibrate(
         result["traces"] = str(traces)
         _write_json(out_path, result)
     except (CertaError, OSError) as exc:
-        _fail(exc, debug)
+        fail(exc, debug)
     c, h = result["calibration"], result["heldout"]
     typer.echo(f"policy {json.dumps(result['policy'])} program {json.dumps(result['program'])}")
     typer.echo(f"calibration ({c['problems']} problems): accuracy {c['accuracy']:.3f} "
@@ -173,7 +171,7 @@ def bench_tokens(
                            dataset=dataset, reps=reps)
         _write_report(report, traces, json_out, png, plot)
     except (CertaError, OSError) as exc:
-        _fail(exc, debug)
+        fail(exc, debug)
     typer.echo(f"{report['program']}: {report['heldout_problems']} held-out of {report['problems']} problems "
               f"({', '.join(report['models'])})")
     for name, m in report["methods"].items():
@@ -205,7 +203,7 @@ def _bench_fixed(program: str, traces: str, json_out: str, png: Optional[str], f
         report = bench_fixed(_load(traces), chosen, final=final, **kw)
         _write_report(report, traces, json_out, png, plot_fixed)
     except (CertaError, OSError) as exc:
-        _fail(exc, debug)
+        fail(exc, debug)
     if final:
         typer.echo("FINAL REPORT: fixed policies on every row of the file, reserved rows allowed; "
                    "nothing was tuned here")
@@ -243,7 +241,7 @@ def _bench_bank(program: str, traces: str, json_out: str, *, final: bool, chains
             report = bench_chains(problems, final=final, **kw)
         _write_report(report, traces, json_out, None, None)
     except (CertaError, OSError) as exc:
-        _fail(exc, debug)
+        fail(exc, debug)
     head = "FINAL REPORT: every row, reserved ones too; nothing was tuned on this file. " if final else \
         (f"{report['reserved_skipped']} reserved rows skipped (--final scores them). " if report["reserved_skipped"] else "")
     typer.echo(f"{head}{program} on a probe bank: {report['problems']} problems ({', '.join(report['models'])}); "
@@ -284,7 +282,7 @@ def collect(
         console.print(f"collecting {len(problems)} {dataset} problems x {samples} samples into {out_path}")
         report = asyncio.run(collect_traces(problems, out_path, factory, cfg, on_problem=_progress))
     except (CertaError, OSError) as exc:
-        _fail(exc, debug)
+        fail(exc, debug)
     except KeyboardInterrupt:
         console.print(f"[yellow]interrupted[/yellow]: {out_path} keeps every finished problem (rerun to resume)")
         raise typer.Exit(130) from None
@@ -317,7 +315,7 @@ def import_cmd(
                                tokenizer=Tokenizer.default(tokenizer) if tokenizer else None,
                                keep_reserved=keep_reserved)
     except (CertaError, OSError) as exc:
-        _fail(exc, debug)
+        fail(exc, debug)
     for line, why in report.skipped:
         console.print(f"skipped {Path(src).name}:{line}: {why}")
     typer.echo(f"wrote {report.written} problems ({report.samples} chains) to {out_path}; "
@@ -342,7 +340,7 @@ def headroom_cmd(
         if json_out:
             _write_json(json_out, report)
     except (CertaError, OSError) as exc:
-        _fail(exc, debug)
+        fail(exc, debug)
     typer.echo(f"{report['problems']} problems, {report['chains']} chains ({', '.join(report['models'])}): full chains "
                f"accuracy {report['accuracy']:.3f}, {report['tokens']:.0f} tokens a chain")
     for name, m in report["bounds"].items():

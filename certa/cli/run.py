@@ -1,6 +1,6 @@
 """``certa run``: a program over a dataset, with progress from the first second and a summary.
 
-Registered on the main app by :mod:`certa.cli`. Progress goes to stderr (:mod:`certa.progress`);
+Registered on the main app by :mod:`certa.cli`. Progress goes to stderr (:mod:`certa.cli.progress`);
 the report (problems, summary) to stdout.
 
 Example:
@@ -21,9 +21,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from rich.console import Console
 from rich.table import Table
 
-from certa.cli_choices import (BACKEND_HELP, PROGRAM_HELP, SCHEDULER_HELP, auto_backend, backend_options, check_backend,
+from certa.cli.options import (BACKEND_HELP, PROGRAM_HELP, SCHEDULER_HELP, auto_backend, backend_options, check_backend,
                                make_runtime, parse_backend_opts)
-from certa.cli_errors import fail
+from certa.cli.errors import fail
 from certa.runtime.errors import CertaError, ConfigError
 
 __all__ = ["load_policy", "run"]
@@ -180,7 +180,7 @@ def _run(target, dataset, idx, limit, backend, model, url, policy, scheduler, co
          verbose: bool = False, cap: int | None = None, final: bool = False) -> None:
     from certa.batch import Journal, exit_if_interrupt_stalls, run_dataset
     from certa.eval.datasets import load_dataset
-    from certa.progress import RunProgress
+    from certa.cli.progress import RunProgress
     from certa.recording import Recorder
 
     check_backend(backend)  # a --backend typo is the error shown, not a missing data directory

@@ -20,7 +20,7 @@ from typing import Any, Optional
 
 import typer
 
-from certa.cli_errors import fail
+from certa.cli.errors import fail
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
@@ -74,7 +74,7 @@ def simulate_workload(workload: str | pathlib.Path | None, policies: Sequence[st
 
 def plot_sweep(result: dict[str, Any], out_dir: str | pathlib.Path, prefix: str = "") -> list[pathlib.Path]:
     """Write attainment-vs-rate, attainment-vs-SLO-scale, latency and fairness-CDF PNGs."""
-    from certa.plots import new_figure, save_figure
+    from certa.viz.plots import new_figure, save_figure
 
     d = pathlib.Path(out_dir)
     pols = list(result["rate_sweep"])

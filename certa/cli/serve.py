@@ -15,6 +15,7 @@ import typer
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from certa.algorithms.programs.library import PROGRAMS
+from certa.cli.errors import console, fail
 from certa.runtime.backends.registry import BACKENDS
 from certa.runtime.scheduling.policies import POLICIES
 
@@ -83,7 +84,6 @@ def serve(
 
     Example: certa serve --program sc --backend scripted --port 8000
     """
-    from certa.cli import _fail, console
     from certa.runtime.errors import CertaError, ConfigError
     try:
         try:
@@ -113,12 +113,12 @@ def serve(
         run(server, host, port, shutdown_timeout=shutdown_timeout, log_level=log_level, connections=connections,
             **security_options(host, api_key, api_key_file, public_metrics, warn=console.print))
     except (CertaError, OSError) as exc:
-        _fail(exc, debug)
+        fail(exc, debug)
 
 
 def _build_server(programs: List[str], backend: str, model: Optional[str], url: Optional[str],
                   backend_opts: List[str], scheduler: str, **limits: Any):
-    from certa.cli_choices import auto_backend, backend_options, parse_backend_opts
+    from certa.cli.options import auto_backend, backend_options, parse_backend_opts
     from certa.serve import Server
     if backend == "auto":
         backend = auto_backend()

@@ -79,7 +79,7 @@ class Runtime:
         self._ids = itertools.count()
         self._active: dict[str, ProgramRun] = {}
         self._closing: set[str] = set()  # programs being cancelled: their subtrees start nothing new
-        self._deadlines = Deadlines()  # RuntimeLimits.request_timeout, one watchdog for all requests
+        self.deadlines = Deadlines()  # RuntimeLimits.request_timeout, one watchdog for all requests
         self.checkpointer = checkpointer
         self._thread_programs: dict[str, Any] = {}  # thread id -> the program last run on it (update_state)
 
@@ -113,19 +113,20 @@ class Runtime:
         editing its state first (``update=``). See docs/concepts.md "Checkpoints and interrupts".
         """
         if thread_id is None and not interrupt_before and not interrupt_after and command is None:
-            result = await self._run(program, inputs, parent=None)  # the plain run: one frame fewer than _start
+            result = await self.run_program(program, inputs, parent=None)  # plain: one frame fewer than run_root
         else:
-            result = await self._start(program, inputs, thread_id, interrupt_before, interrupt_after, command)
+            result = await self.run_root(program, inputs, thread_id, interrupt_before, interrupt_after, command)
         if result.error is not None and not return_errors:
             raise result.error from result.error.__cause__
         return result
 
-    async def _start(self, program: Any, inputs: dict[str, Any], thread_id: str | None = None,
+    async def run_root(self, program: Any, inputs: dict[str, Any], thread_id: str | None = None,
                      before: Sequence[str] | None = None, after: Sequence[str] | None = None,
                      command: Command | None = None) -> Result:
-        """A root program's run (``run``, ``stream``): on its thread when it has one; errors on the Result."""
+        """A root program's run (``run``, ``stream``): on its thread when it has one. Never raises
+        the program's error: it is on the Result (``run`` raises it unless ``return_errors``)."""
         if thread_id is None and not before and not after and command is None:
-            return await self._run(program, inputs, parent=None)
+            return await self.run_program(program, inputs, parent=None)
         try:
             thread = ThreadRun(self, thread_id, before, after, command).__enter__()
         except CertaError as exc:  # no checkpointer, a bad thread id or command, the thread already running
@@ -134,7 +135,7 @@ class Runtime:
                           exit_reason="error", error=exc)
         try:
             self._thread_programs[thread_id] = program  # type: ignore[index]
-            return await self._run(program, inputs, parent=None, thread=thread)
+            return await self.run_program(program, inputs, parent=None, thread=thread)
         finally:
             thread.__exit__()
 
@@ -143,14 +144,15 @@ class Runtime:
         raise here, in the parent's step."""
         self._check_call(parent)
         prog = instantiate(program, inputs)
-        child = Child(prog, lambda pacer: self._run(prog, {}, parent=parent, pacer=pacer))
+        child = Child(prog, lambda pacer: self.run_program(prog, {}, parent=parent, pacer=pacer))
         parent.children.append(child)
         return child
 
-    async def _run(self, program: Any, inputs: dict[str, Any], *, parent: ProgramRun | None,
+    async def run_program(self, program: Any, inputs: dict[str, Any], *, parent: ProgramRun | None,
                    thread: ThreadRun | None = None, salt: int | None = None,
                    pacer: Pacer | None = None) -> Result:
-        """Run a program; with ``parent`` as that program's sub-program (``Context.call``; ``salt``
+        """Every run goes through here, and its errors are on the Result. With ``parent``: a
+        sub-program (``Context.call``; ``salt``
         salts its seeds, :mod:`certa.runtime.seeds`; ``Context.spawn``: ``pacer`` steps it); with
         ``thread`` restored from and checkpointed to its thread."""
         if parent is not None:

@@ -159,7 +159,7 @@ async def _drive(runtime: "Runtime", program: Any, inputs: dict[str, Any], sink:
         want_tokens()
     if "values" in sink.modes:
         _VALUES.set(True)
-    return await runtime._start(program, inputs, **thread)
+    return await runtime.run_root(program, inputs, **thread)
 
 
 class ProgramStream:

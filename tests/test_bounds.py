@@ -295,4 +295,4 @@ def test_the_timeout_holds_across_event_loops():
         with pytest.raises(RequestTimeoutError):   # raised by default
             rt.run_sync(one_gen())
         assert time.perf_counter() - t0 < 2
-    assert rt._deadlines.live == 0
+    assert rt.deadlines.live == 0

@@ -132,16 +132,17 @@ class Server:
 
         ``overrides``: ``model``, ``request_id``, ``max_tokens``, ``seed`` and the
         :class:`~certa.serve.schemas.CertaOptions` fields (``policy`` — a dict or a Policy —,
-        ``knob_cap``, ``preset``, ``deadline_s``, ``answer_format``). Raises a CertaError
-        (see :mod:`certa.serve.errors`) for a bad request or a failed program.
+        ``knob_cap``, ``preset``, ``deadline_s``, ``answer_format``), or ``certa=`` a
+        CertaOptions already validated (the HTTP layer's). Raises a CertaError (see
+        :mod:`certa.serve.errors`) for a bad request or a failed program.
         """
         job = self._prepare(question, overrides)
-        self._launch(job)
+        self.launch(job)
         assert job.task is not None
         try:
             result = await job.task
         except asyncio.CancelledError:
-            self._end(job, None)
+            self.end(job, None)
             cancelling = getattr(asyncio.current_task(), "cancelling", None)  # Python >= 3.11
             caller_cancelled = cancelling() > 0 if cancelling is not None else not self._closing
             if job.task.cancelled() and not caller_cancelled:
@@ -149,9 +150,9 @@ class Server:
                                         program=job.program.program_id) from None
             raise
         except BaseException:
-            self._end(job, None)
+            self.end(job, None)
             raise
-        return self._conclude(job, result)
+        return self.conclude(job, result)
 
     def stream(self, question: str, *, heartbeat_s: float | None = None, **overrides: Any) -> CompletionStream:
         """Run the program on ``question``, yielding :class:`Progress` updates then the Completion.
@@ -214,6 +215,51 @@ class Server:
     async def __aexit__(self, *exc: Any) -> None:
         await self.shutdown()
 
+    # ---- a job's life: what complete() and a CompletionStream drive ----------------
+    def launch(self, job: Job) -> None:
+        """Start ``job``'s program (its task: ``job.task``); refused once the server is closing."""
+        if self._closing:
+            self.end(job, None)
+            raise ShuttingDownError("the server is shutting down")
+        job.task = asyncio.ensure_future(self._run(job.program))
+
+    def conclude(self, job: Job, result: Result) -> Completion:
+        """Record ``job`` as finished with ``result`` and return its Completion (or raise its error)."""
+        latency = self.end(job, result)
+        if result.error is not None:
+            raise result.error
+        return Completion.from_result(result, request_id=job.request_id, model=job.model,
+                                      answer_format=job.answer_format, latency_s=latency, deadline_s=job.deadline_s)
+
+    def end(self, job: Job, result: Result | None) -> float:
+        """Record a finished (or cancelled: ``result`` None) job once; returns its latency."""
+        latency = time.perf_counter() - job.t0
+        if job.ended:
+            return latency
+        job.ended = True
+        self._jobs.discard(job)
+        prog = job.program
+        self._watch.pop(prog.program_id, None)
+        if not self._watch and self._unsubscribe is not None:
+            self._unsubscribe()
+            self._unsubscribe = None
+        reason = result.exit_reason if result is not None else "cancelled"
+        tokens = prog.tokens.as_dict()
+        self.stats.finished(reason, tokens, tokens_saved=result.tokens_saved if result else 0, latency_s=latency,
+                            deadline_s=job.deadline_s)
+        log.info("request_id=%s model=%s program=%s exit=%s tokens=%d/%d/%d prompt=%d latency=%.3fs%s",
+                 job.request_id, job.model, prog.program_id or "-", reason, tokens["main"], tokens["probe"],
+                 tokens["score"], tokens["prompt"], latency,
+                 f" error={result.error.code if hasattr(result.error, 'code') else type(result.error).__name__}"
+                 if result is not None and result.error is not None else "")
+        return latency
+
+    def watch(self, program_id: str, wake: asyncio.Event) -> None:
+        """Set ``wake`` at each certaindex event of ``program_id`` (until its job ends)."""
+        if self._unsubscribe is None:
+            self._unsubscribe = self.runtime.events.subscribe(self._on_event)
+        self._watch[program_id] = wake
+
     # ---- internals ------------------------------------------------------------------
     def _prepare(self, question: str, overrides: dict[str, Any]) -> Job:
         """Validate a request and admit it (sync, so admission cannot race)."""
@@ -232,9 +278,14 @@ class Server:
         model = o.pop("model", None) or self.models[0]
         request_id = o.pop("request_id", None) or uuid.uuid4().hex
         max_tokens, seed = o.pop("max_tokens", None), o.pop("seed", None)
-        if isinstance(o.get("policy"), Policy):
-            o["policy"] = o["policy"].to_dict()
-        opts: CertaOptions = parse_request(CertaOptions, o, prefix="certa.")
+        opts = o.pop("certa", None)
+        if opts is None:  # the in-process API: CertaOptions' fields as keywords
+            if isinstance(o.get("policy"), Policy):
+                o["policy"] = o["policy"].to_dict()
+            opts = parse_request(CertaOptions, o, prefix="certa.")
+        elif not isinstance(opts, CertaOptions) or o:
+            raise ConfigError("certa= takes a CertaOptions (the HTTP layer's, validated once), without its fields "
+                              f"as keywords beside it: {sorted(o)}")
         sp = self.programs.get(model)
         if sp is None:
             raise UnknownModelError(f"model {model!r} is not served here", hint=f"models: {', '.join(self.models)}")
@@ -264,12 +315,6 @@ class Server:
                                   retry_after_s=max(1, min(60, math.ceil(mean))))
         return Job(request_id, sp.name, prog, opts.answer_format or self.answer_format, opts.deadline_s)
 
-    def _launch(self, job: Job) -> None:
-        if self._closing:
-            self._end(job, None)
-            raise ShuttingDownError("the server is shutting down")
-        job.task = asyncio.ensure_future(self._run(job.program))
-
     async def _run(self, program: Any) -> Result:
         """Run one request's program, aborting it at ``max_request_s`` (a Result with a CT415 error)."""
         limit = self.max_request_s
@@ -298,41 +343,6 @@ class Server:
                           exit_reason="time_limit", wall_s=limit, error=err)
         finally:
             timer.cancel()
-
-    def _conclude(self, job: Job, result: Result) -> Completion:
-        latency = self._end(job, result)
-        if result.error is not None:
-            raise result.error
-        return Completion.from_result(result, request_id=job.request_id, model=job.model,
-                                      answer_format=job.answer_format, latency_s=latency, deadline_s=job.deadline_s)
-
-    def _end(self, job: Job, result: Result | None) -> float:
-        """Record a finished (or cancelled: ``result`` None) job once; returns its latency."""
-        latency = time.perf_counter() - job.t0
-        if job.ended:
-            return latency
-        job.ended = True
-        self._jobs.discard(job)
-        prog = job.program
-        self._watch.pop(prog.program_id, None)
-        if not self._watch and self._unsubscribe is not None:
-            self._unsubscribe()
-            self._unsubscribe = None
-        reason = result.exit_reason if result is not None else "cancelled"
-        tokens = prog.tokens.as_dict()
-        self.stats.finished(reason, tokens, tokens_saved=result.tokens_saved if result else 0, latency_s=latency,
-                            deadline_s=job.deadline_s)
-        log.info("request_id=%s model=%s program=%s exit=%s tokens=%d/%d/%d prompt=%d latency=%.3fs%s",
-                 job.request_id, job.model, prog.program_id or "-", reason, tokens["main"], tokens["probe"],
-                 tokens["score"], tokens["prompt"], latency,
-                 f" error={result.error.code if hasattr(result.error, 'code') else type(result.error).__name__}"
-                 if result is not None and result.error is not None else "")
-        return latency
-
-    def _watch_program(self, program_id: str, wake: asyncio.Event) -> None:
-        if self._unsubscribe is None:
-            self._unsubscribe = self.runtime.events.subscribe(self._on_event)
-        self._watch[program_id] = wake
 
     def _on_event(self, ev: Event) -> None:
         if ev.kind == "certaindex":

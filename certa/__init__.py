@@ -37,6 +37,8 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "prompts": ("certa.algorithms.prompts", None),
     "prompt": ("certa.algorithms.prompts", "prompt"),
     "signals": ("certa.algorithms.signals", None),
+    "policy_from_dict": ("certa.algorithms.policies.registry", "policy_from_dict"),
+    "STOPPING_POLICIES": ("certa.algorithms.policies.registry", "STOPPING_POLICIES"),
 }
 
 __all__ = sorted(_LAZY)
@@ -44,6 +46,7 @@ __all__ = sorted(_LAZY)
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from certa.algorithms import answers, prompts, signals
     from certa.algorithms.answers import equivalence
+    from certa.algorithms.policies.registry import STOPPING_POLICIES, policy_from_dict
     from certa.algorithms.prompts import prompt
     from certa.runtime.checkpoint import Checkpointer, Command, InterruptedResult, MemoryCheckpointer
     from certa.runtime.checkpoint_sqlite import SqliteCheckpointer

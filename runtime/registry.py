@@ -13,8 +13,8 @@ table                  owner
 programs               ``certa.algorithms.programs.library.PROGRAMS``
 backends               ``certa.runtime.backends.registry.BACKENDS``
 scheduling policies    ``certa.runtime.scheduling.policies.POLICIES``
-stopping policies      ``certa.runtime.policy.POLICY_KINDS`` (runtime's) and
-                       ``certa.algorithms.policies.STOPPING_POLICIES`` (all)
+stopping policies      ``certa.algorithms.policies.STOPPING_POLICIES`` (every kind, the
+                       runtime's own included)
 CoT certaindex         ``certa.algorithms.signals.COT_SIGNALS`` (the multi-path signals are
 signals                plain functions a program calls, never named in a config)
 =====================  ============================================================
@@ -82,15 +82,11 @@ class Registry(Generic[T]):
 
     Args:
         kind: what the names are, for messages ("backend", "scheduling policy", ...).
-        include: registries whose entries this one starts with (e.g. the runtime's stopping
-            policies inside the algorithms' table), copied at construction.
     """
 
-    def __init__(self, kind: str, *, include: tuple[Registry[T], ...] = ()) -> None:
+    def __init__(self, kind: str) -> None:
         self.kind = kind
         self._entries: dict[str, Entry[T]] = {}
-        for other in include:
-            self._entries.update(other._entries)
 
     def register(self, name: str, target: Callable[..., T] | str, *, help: str = "",
                  install: str | None = None) -> None:

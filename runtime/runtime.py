@@ -34,6 +34,7 @@ from certa.runtime.errors import CallDepthError, CertaError, ConfigError, StepFa
 from certa.runtime.events import EventBus
 from certa.runtime.program import Program, instantiate
 from certa.runtime.limits import RetryPolicy, RuntimeLimits
+from certa.runtime.policy import ExitReason
 from certa.runtime.program_run import ProgramRun
 from certa.runtime.result import Result, result_of
 from certa.runtime.scheduling.scheduler import Scheduler
@@ -131,8 +132,7 @@ class Runtime:
             thread = ThreadRun(self, thread_id, before, after, command).__enter__()
         except CertaError as exc:  # no checkpointer, a bad thread id or command, the thread already running
             name = getattr(program, "name", None) or getattr(program, "__name__", type(program).__name__)
-            return Result(program_id=f"{name}@{thread_id}", name=name, answer=None, state=None,
-                          exit_reason="error", error=exc)
+            return Result.refused(name, f"{name}@{thread_id}", exc)
         try:
             self._thread_programs[thread_id] = program  # type: ignore[index]
             return await self.run_program(program, inputs, parent=None, thread=thread)
@@ -164,7 +164,7 @@ class Runtime:
         except CertaError as exc:  # bad inputs fail this program only, like any other error
             name = getattr(program, "name", None) or getattr(program, "__name__", type(program).__name__)
             exc.program = exc.program or f"{name}-{next(self._ids)}"
-            return Result(program_id=exc.program, name=name, answer=None, state=None, exit_reason="error", error=exc)
+            return Result.refused(name, exc.program, exc)
         base = prog.display_name
         # a sub-program's id is its root's id and its own (ids stay short at any depth; the counter keeps them unique)
         prog.program_id = f"{_root(parent).program.program_id}/{base}-{next(self._ids)}" if parent \
@@ -174,7 +174,8 @@ class Runtime:
         self.scheduler.register(run.info, as_id=prog.program_id)
         self.events.emit("program_start", prog.program_id, name=base, knob_cap=prog.knob_cap)
         t0 = time.perf_counter()
-        reason, error = "done", None
+        reason: ExitReason = "done"
+        error: CertaError | None = None
         try:
             reason = await self._drive(run, thread)
         except asyncio.CancelledError:
@@ -314,7 +315,7 @@ class Runtime:
                                  hint="a step that ctx.calls its own graph needs a base case; or raise "
                                       "RuntimeLimits.max_call_depth")
 
-    async def _drive(self, run: ProgramRun, thread: ThreadRun | None = None) -> str:
+    async def _drive(self, run: ProgramRun, thread: ThreadRun | None = None) -> ExitReason:
         """The one driving loop (:func:`~certa.runtime.driver.drive`) plus the runtime's bookkeeping;
         a thread's run saves a checkpoint per step and its exit (a finished thread does not run)."""
         if thread is not None and thread.finished:

@@ -97,6 +97,7 @@ class CheckEvery(Threshold):
     """Stop when certaindex >= ``tau``, checked every ``every`` knob units (from ``start``, default ``every``)."""
 
     kind = "check_every"
+    fields = {**Threshold.fields, "start": "knob"}
 
     def __init__(self, tau: float | dict[str, float], every: int, min_samples: int = 1, start: int | None = None):
         super().__init__(tau, detect_at=start or every, every=every, min_samples=min_samples)
@@ -121,6 +122,7 @@ class Pareto(Policy):
 
     kind = "pareto"
     requires_certaindex = True
+    fields = {"detect_at": "knob", "every": "knob", "min_samples": "knob"}
 
     def __init__(self, curve: Iterable[Iterable[float]], detect_at: int = 1, every: int | None = None,
                  min_samples: int = 1) -> None:
@@ -209,6 +211,7 @@ class ESC(_AnswerRule):
     """
 
     kind = "esc"
+    fields = {"window": "knob", "min_samples": "knob"}
 
     def __init__(self, window: int = 5, min_samples: int = 1, same: Same = "math") -> None:
         check_rule("esc", min_samples=min_samples, window=window)
@@ -234,6 +237,7 @@ class AdaptiveConsistency(_AnswerRule):
     """Stop when P(leading answer's share > runner-up's) >= ``threshold`` (Aggarwal et al. 2023, Beta rule)."""
 
     kind = "adaptive_consistency"
+    fields = {"threshold": "fraction", "min_samples": "knob"}
 
     def __init__(self, threshold: float = 0.95, min_samples: int = 1, same: Same = "math") -> None:
         if not (is_unit(threshold) and 0.0 < threshold < 1.0):
@@ -257,6 +261,7 @@ class MajorityMargin(_AnswerRule):
     """Stop when the leading answer has at least ``margin`` more votes than the runner-up."""
 
     kind = "margin"
+    fields = {"margin": "knob", "min_samples": "knob"}
 
     def __init__(self, margin: int = 3, min_samples: int = 1, same: Same = "math") -> None:
         check_rule("margin", min_samples=min_samples, margin=margin)

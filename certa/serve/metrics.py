@@ -23,6 +23,8 @@ from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
+from certa.runtime.policy import ExitReason
+
 __all__ = ["LATENCY_BUCKETS", "ServeMetrics", "render_prometheus"]
 
 LATENCY_BUCKETS: tuple[float, ...] = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
@@ -54,7 +56,7 @@ class ServeMetrics:
         """A request was refused before a program started (``busy``, ``bad_request``, ...)."""
         self.rejections[reason] += 1
 
-    def finished(self, exit_reason: str, tokens: Mapping[str, int], *, tokens_saved: int, latency_s: float,
+    def finished(self, exit_reason: ExitReason, tokens: Mapping[str, int], *, tokens_saved: int, latency_s: float,
                  deadline_s: float | None) -> None:
         """A program ended (any reason, including ``error`` and ``cancelled``)."""
         self.exits[exit_reason] += 1

@@ -338,9 +338,7 @@ class Server:
                 raise
             err = TimeLimitError(f"the program ran past this server's limit of {limit:g}s (--max-request-seconds) "
                                  "and was aborted", program=program.program_id)
-            return Result(program_id=program.program_id, name=program.display_name, answer=None, state=None,
-                          tokens=program.tokens, knob_used=program.knob_value, knob_cap=program.knob_cap,
-                          exit_reason="time_limit", wall_s=limit, error=err)
+            return Result.unfinished(program, "time_limit", err, limit)
         finally:
             timer.cancel()
 

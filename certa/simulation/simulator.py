@@ -35,6 +35,7 @@ from certa.eval.replay_backend import ReplayBackend
 from certa.eval.traces import TraceProblem
 from certa.runtime.errors import ConfigError
 from certa.runtime.limits import RuntimeLimits
+from certa.runtime.policy import ExitReason
 from certa.runtime.result import Result
 from certa.runtime.runtime import Runtime
 from certa.runtime.scheduling.policies import make_policy
@@ -65,7 +66,7 @@ class ProgramRecord:
     main_tokens: int
     requests: int
     knob_used: int
-    exit_reason: str
+    exit_reason: ExitReason
     correct: bool
     preemptions: int
 

@@ -23,7 +23,7 @@ _DSL = ("END", "START", "Annotated", "Appended", "CompiledGraph", "Extended", "G
 _RUNTIME = ("AdmissionLimits", "Backend", "Capabilities", "CertaError", "Context", "Decision", "Even", "Event",
             "GenRequest", "GenResult", "Knob", "Length", "Mermaid", "Policy", "Program", "Result", "Runtime",
             "RuntimeLimits", "Scheduler", "SchedulingPolicy", "ScriptedBackend", "Threshold", "TokenUsage",
-            "Watch", "run_blocking")
+            "Watch", "make_runtime", "run_blocking")
 
 # public name -> (module, attribute or None for the module itself)
 _LAZY: dict[str, tuple[str, str | None]] = {
@@ -55,7 +55,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from certa.runtime import (AdmissionLimits, Backend, Capabilities, CertaError, Context, Decision, Even, Event,
                                GenRequest, GenResult, Knob, Length, Mermaid, Policy, Program, Result, Runtime,
                                RuntimeLimits, Scheduler, SchedulingPolicy, ScriptedBackend, Threshold, TokenUsage,
-                               Watch, run_blocking)
+                               Watch, make_runtime, run_blocking)
 
 
 __getattr__, __dir__ = lazy_exports(__name__, _LAZY)

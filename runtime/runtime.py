@@ -52,7 +52,8 @@ class Runtime:
     """Runs programs on one backend with one scheduler.
 
     Args:
-        backend: a :class:`Backend` or a name (``"scripted"``, ``"llamacpp"``, ``"openai"``, ``"sglang"``).
+        backend: a :class:`Backend` or a registered name (``"llamacpp"``, ``"scripted"``, ...; ``"auto"``:
+            the installed engine, logged). Required: ``Runtime()`` refuses with a hint, never a fake.
         scheduler: a :class:`Scheduler` (default FCFS with no admission limits).
         limits: input limits; ``retry``: retry policy for retryable backend errors.
         checkpointer: where ``run(..., thread_id=...)`` saves a checkpoint per step (a
@@ -60,10 +61,10 @@ class Runtime:
             :class:`~certa.runtime.checkpoint_sqlite.SqliteCheckpointer`); see :meth:`run`.
     """
 
-    def __init__(self, backend: Backend | str = "scripted", *, scheduler: Scheduler | None = None,
+    def __init__(self, backend: Backend | str | None = None, *, scheduler: Scheduler | None = None,
                  limits: RuntimeLimits | None = None, retry: RetryPolicy | None = None, seed: int = 0,
                  checkpointer: Checkpointer | None = None, **backend_options: Any) -> None:
-        if isinstance(backend, str):
+        if backend is None or isinstance(backend, str):  # None: refused with a hint, never a silent fake
             from certa.runtime.backends.registry import make_backend
             backend = make_backend(backend, **backend_options)
         elif backend_options:

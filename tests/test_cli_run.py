@@ -81,9 +81,8 @@ def test_default_threads_leave_one_core_free(monkeypatch):
 
 
 def test_run_schedules_with_certas_policy_like_serve(monkeypatch):
-    from certa.cli import options as cli_choices
+    from certa.runtime.build import make_runtime as real
     made = []
-    real = cli_choices.make_runtime
 
     def spy(*args, **kwargs):
         made.append(real(*args, **kwargs))

@@ -124,7 +124,7 @@ def test_cot_signal_kinds_resolve_without_importing_their_module_first():
 def test_cli_model_and_url_options_map_to_the_same_constructor_names_for_every_backend():
     import inspect
 
-    from certa.cli.options import backend_options
+    from certa.runtime.backends.registry import cli_options as backend_options
     assert backend_options("sglang-http", None, "http://a:1,http://b:2") == {"base_url": ["http://a:1", "http://b:2"]}
     assert backend_options("openai", "ignored", "http://a:1") == {"base_url": "http://a:1"}
     assert backend_options("sglang", "/models/qwen", None) == backend_options("llamacpp", "/models/qwen", None) \

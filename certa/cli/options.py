@@ -1,19 +1,20 @@
-"""What the CLI's options can name, and how ``--backend``/``--model``/``--url`` build a Runtime.
+"""What the CLI's options can name: help texts, ``--backend-opt`` pairs, a ``--backend`` check.
 
 The help texts of ``certa run`` and ``certa serve`` are generated here from the registries
 (programs, backends, scheduling policies; see :mod:`certa.runtime.registry`), so a newly
-registered name shows up in ``--help`` without editing the CLI.
+registered name shows up in ``--help`` without editing the CLI. The Runtime itself is built by
+:func:`certa.runtime.build.make_runtime`, as the server's and the simulator's are; which
+backends take ``--model`` and ``--url`` is their registry entries' ``options``.
 
 Example:
-    >>> backend_options("sglang-http", None, "http://a:30000,http://b:30000")
-    {'base_url': ['http://a:30000', 'http://b:30000']}
     >>> SCHEDULER_HELP
     'fcfs, lpm, app-fifo, certa-nocd, certa'
+    >>> check_backend("scripted")
 """
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 from certa.algorithms.programs.library import PROGRAMS
 from certa.runtime.backends.registry import BACKENDS
@@ -21,8 +22,7 @@ from certa.runtime.errors import ConfigError
 from certa.runtime.registry import Registry
 from certa.runtime.scheduling.policies import POLICIES
 
-__all__ = ["BACKEND_HELP", "PROGRAM_HELP", "SCHEDULER_HELP", "auto_backend", "backend_options", "check_backend",
-           "make_runtime", "parse_backend_opts", "registry_epilog"]
+__all__ = ["BACKEND_HELP", "PROGRAM_HELP", "SCHEDULER_HELP", "check_backend", "parse_backend_opts", "registry_epilog"]
 
 PROGRAM_HELP = f"built-in program ({PROGRAMS.choices()}) or FILE.py:attr"
 BACKEND_HELP = f"auto, {BACKENDS.choices()}"
@@ -33,20 +33,6 @@ def registry_epilog(*tables: tuple[str, Registry]) -> str:
     """Help paragraphs ``title: name — help; ...`` for the CLI, generated from the registries."""
     return "\n\n".join(f"{title}: " + "; ".join(f"{name} — {table.help(name)}" for name in table)
                         for title, table in tables)
-
-
-def backend_options(backend: str, model: Optional[str], url: Optional[str]) -> dict[str, Any]:
-    """``--model`` and ``--url`` as backend constructor options (every backend names them alike).
-
-    ``--model`` goes to the engines that load one (llamacpp, sglang); ``--url`` (comma-separated
-    for several) to the HTTP backends as ``base_url``.
-    """
-    opts: dict[str, Any] = {}
-    if model and backend in ("llamacpp", "sglang"):
-        opts["model"] = model
-    if url:
-        opts["base_url"] = url.split(",") if "," in url else url
-    return opts
 
 
 def parse_backend_opts(items: list[str]) -> dict[str, Any]:
@@ -78,38 +64,3 @@ def check_backend(backend: str) -> None:
     """
     if backend != "auto":
         BACKENDS.entry(backend)
-
-
-def make_runtime(backend: str, model: Optional[str], scheduler: str = "certa", **opts: Any):
-    """Build a Runtime for a CLI backend name (``auto`` picks llama.cpp on CPU, SGLang on GPU)
-    with one scheduling policy for all its programs (certa's by default, as ``certa serve``).
-
-    An option the backend does not take is a ``ConfigError`` naming it."""
-    from certa.runtime import Runtime, Scheduler
-    from certa.runtime.scheduling.policies import make_policy
-    if backend == "auto":
-        backend = auto_backend()
-    kwargs: dict[str, Any] = {**opts, **backend_options(backend, model, None)}
-    sched = Scheduler(policy=make_policy(scheduler))
-    try:
-        return Runtime(backend, scheduler=sched, **kwargs)
-    except TypeError as exc:  # an option the backend's constructor does not take
-        raise ConfigError(f"bad option for backend {backend!r}: {exc}", hint="see docs/backends.md") from None
-
-
-def auto_backend() -> str:
-    import importlib.util
-    if importlib.util.find_spec("sglang") is not None and _has_cuda():
-        return "sglang"
-    if importlib.util.find_spec("llama_cpp") is not None:
-        return "llamacpp"
-    raise ConfigError("no real engine is installed", hint="pip install 'certa[cpu]' for the embedded llama.cpp "
-                      "engine, or pass --backend scripted for the fake backend")
-
-
-def _has_cuda() -> bool:
-    try:
-        import torch  # noqa: PLC0415
-        return bool(torch.cuda.is_available())
-    except Exception:  # noqa: BLE001
-        return False

@@ -21,9 +21,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from rich.console import Console
 from rich.table import Table
 
-from certa.cli.options import (BACKEND_HELP, PROGRAM_HELP, SCHEDULER_HELP, auto_backend, backend_options, check_backend,
-                               make_runtime, parse_backend_opts)
+from certa.cli.options import BACKEND_HELP, PROGRAM_HELP, SCHEDULER_HELP, check_backend, parse_backend_opts
 from certa.cli.errors import fail
+from certa.runtime.backends.registry import auto_backend
+from certa.runtime.build import make_runtime
 from certa.runtime.errors import CertaError, ConfigError
 
 __all__ = ["load_policy", "run"]
@@ -188,7 +189,7 @@ def _run(target, dataset, idx, limit, backend, model, url, policy, scheduler, co
     program = _load_program(target, policy, cap)
     problems = load_dataset(dataset, idx=idx, limit=limit, sample_fallback=_note, allow_reserved=final,
                             allow_with="--final")
-    backend = auto_backend() if backend == "auto" else backend
+    backend = auto_backend() if backend == "auto" else backend  # named now: the header and the summary show it
     name, loading = (backend, f"starting backend {backend}")
     if backend == "llamacpp":
         engine.update({"verbose": verbose, **({"n_threads": threads} if threads else {})})
@@ -204,7 +205,7 @@ def _run(target, dataset, idx, limit, backend, model, url, policy, scheduler, co
     try:
         with RunProgress(len(problems), console) as progress:
             progress.phase(loading)
-            runtime = make_runtime(backend, model, scheduler, **{**engine, **backend_options(backend, None, url)})
+            runtime = make_runtime(backend, model=model, url=url, scheduler=scheduler, **engine)
             recorder = Recorder.attach(runtime, record) if record else None
             progress.watch(runtime)
             batch = run_dataset(program, problems, runtime, concurrency=concurrency, journal=jr,

@@ -14,10 +14,8 @@ from typing import Any, List, Optional
 import typer
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from certa.algorithms.programs.library import PROGRAMS
 from certa.cli.errors import console, fail
-from certa.runtime.backends.registry import BACKENDS
-from certa.runtime.scheduling.policies import POLICIES
+from certa.cli.options import BACKEND_HELP, PROGRAM_HELP, SCHEDULER_HELP, parse_backend_opts
 
 __all__ = ["serve"]
 
@@ -42,16 +40,16 @@ class _ServeOptions(BaseModel):
 
 
 def serve(
-    program: List[str] = typer.Option(["sc"], "--program", help=f"built-in program ({PROGRAMS.choices()}) or "
-                                      "FILE.py:graph; repeat to serve several (the request's model picks one)"),
-    backend: str = typer.Option("auto", help=f"auto, {BACKENDS.choices()}"),
+    program: List[str] = typer.Option(["sc"], "--program", help=f"{PROGRAM_HELP}; repeat to serve several (the "
+                                      "request's model picks one)"),
+    backend: str = typer.Option("auto", help=BACKEND_HELP),
     model: Optional[str] = typer.Option(None, help="GGUF path or model name (llamacpp), model path (sglang)"),
     url: Optional[str] = typer.Option(None, help="server URL(s), comma-separated (openai, sglang-http)"),
     backend_opt: List[str] = typer.Option([], "--backend-opt", help="extra backend option KEY=VALUE (VALUE as "
                                           "JSON if it parses), repeatable, e.g. --backend-opt max_in_flight=8"),
     host: str = typer.Option("127.0.0.1", help="address to bind (loopback by default)"),
     port: int = typer.Option(8000, help="port to bind"),
-    scheduler: str = typer.Option("certa", help=f"{POLICIES.choices()} (one for all requests)"),
+    scheduler: str = typer.Option("certa", help=f"{SCHEDULER_HELP} (one for all requests)"),
     max_concurrent: Optional[int] = typer.Option(None, help="programs running at once; more get 429"),
     max_knob: Optional[int] = typer.Option(4096, help="largest knob cap (and knob-unit policy field) a request "
                                            "may ask for (else 400); also clamps a program's own cap"),
@@ -118,15 +116,9 @@ def serve(
 
 def _build_server(programs: List[str], backend: str, model: Optional[str], url: Optional[str],
                   backend_opts: List[str], scheduler: str, **limits: Any):
-    from certa.cli.options import auto_backend, backend_options, parse_backend_opts
+    """The Server ``certa serve`` runs (its Runtime built by :func:`~certa.runtime.build.make_runtime`)."""
     from certa.serve import Server
-    if backend == "auto":
-        backend = auto_backend()
-    opts: dict[str, Any] = {**parse_backend_opts(backend_opts), **backend_options(backend, model, url)}
     from certa.serve.programs import served_programs
     specs = served_programs(programs)  # a file's program is served under its graph's name
-    try:
-        return Server(specs, backend, scheduler=scheduler, **limits, **opts)
-    except TypeError as exc:  # an option the backend does not take
-        from certa.runtime.errors import ConfigError
-        raise ConfigError(f"bad option for backend {backend!r}: {exc}", hint="see docs/backends.md") from None
+    return Server(specs, backend, scheduler=scheduler, model=model, url=url, **limits,
+                  **parse_backend_opts(backend_opts))

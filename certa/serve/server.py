@@ -35,8 +35,9 @@ from certa.runtime.events import Event
 from certa.runtime.policy import Policy
 from certa.runtime.limits import RuntimeLimits
 from certa.runtime.result import Result
+from certa.runtime.build import make_runtime
 from certa.runtime.runtime import Runtime
-from certa.runtime.scheduling.scheduler import AdmissionLimits, Scheduler, SchedulingPolicy
+from certa.runtime.scheduling.scheduler import SchedulingPolicy
 
 from certa.serve.completion import Completion
 from certa.serve.errors import ServerBusyError, ShuttingDownError, TimeLimitError, UnknownModelError
@@ -57,7 +58,8 @@ class Server:
         program: what to serve: a built-in name (``sc``, ``cot``, ``mcts``, ``rebase``,
             ``sc-mcts``), ``FILE.py:attr``, a compiled graph or Program class, or a
             ``{model_name: spec}`` mapping to serve several (the first is the default).
-        backend: a :class:`~certa.runtime.Backend` or a backend name (``backend_options`` go to it).
+        backend: a :class:`~certa.runtime.Backend` or a backend name (``backend_options`` go to it;
+            ``model``/``url`` as ``certa serve --model/--url``); required, as for a Runtime.
         scheduler: scheduling policy name (``certa``, ``fcfs``, ``lpm``, ``app-fifo``,
             ``certa-nocd``) or a :class:`SchedulingPolicy`.
         max_concurrent: programs running at once; more are refused (:class:`ServerBusyError`).
@@ -72,7 +74,7 @@ class Server:
         runtime: an existing Runtime to share (then ``backend``/``scheduler`` are not used).
     """
 
-    def __init__(self, program: Any = "sc", backend: Backend | str = "scripted", *,
+    def __init__(self, program: Any = "sc", backend: Backend | str | None = None, *,
                  scheduler: str | SchedulingPolicy = "certa", max_concurrent: int | None = None,
                  max_knob: int | None = None, max_tokens: int | None = None, max_inflight: int | None = None,
                  answer_format: str = "boxed", limits: RuntimeLimits | None = None, runtime: Runtime | None = None,
@@ -93,11 +95,8 @@ class Server:
             self.programs[sp.name] = sp
         self._owns_backend = runtime is None and isinstance(backend, str)  # made here: closed at shutdown
         if runtime is None:
-            if isinstance(scheduler, str):
-                from certa.runtime.scheduling.policies import make_policy
-                scheduler = make_policy(scheduler)
-            sched = Scheduler(policy=scheduler, limits=AdmissionLimits(max_requests=max_inflight))
-            runtime = Runtime(backend, scheduler=sched, limits=limits, **backend_options)
+            runtime = make_runtime(backend, scheduler=scheduler, max_inflight=max_inflight, limits=limits,
+                                   **backend_options)
         elif backend_options or max_inflight is not None or limits is not None:
             raise ConfigError("backend options, max_inflight and limits configure a new Runtime; "
                               "they cannot apply to the runtime= given")

@@ -28,7 +28,7 @@ def mixed_workload(policy: SchedulingPolicy, seed: int) -> list[str]:
     """A seeded mix of arrivals, fan-outs, releases, cancels, estimate updates and finishes;
     returns every admission (rid) in order."""
     rng, clock = random.Random(seed), Clock()
-    s = Scheduler(policy, AdmissionLimits(max_requests=6, max_tokens=900), clock=clock)
+    s = Scheduler(policy, AdmissionLimits(max_requests=6, inflight_tokens=900), clock=clock)
     infos: dict[str, ProgramInfo] = {}
     waiting, running, trace = [], [], []
     for tick in range(400):

@@ -118,7 +118,7 @@ async def test_per_request_policy_knob_cap_budget_and_preset():
 
 
 async def test_limits_and_bad_requests():
-    async with Server({"sc": sc()}, scripted(latency=0.2), max_knob=8, max_tokens=1000,
+    async with Server({"sc": sc()}, scripted(latency=0.2), max_knob=8, max_token_budget=1000,
                       max_concurrent=1) as server:
         with pytest.raises(LimitExceededError, match=r"knob_cap=9 is over this server's limit of 8 \(--max-knob\)"):
             await server.complete("q", knob_cap=9)

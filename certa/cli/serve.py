@@ -27,7 +27,7 @@ class _ServeOptions(BaseModel):
     port: int = Field(ge=0, le=65535)
     max_concurrent: Optional[int] = Field(default=None, ge=1)
     max_knob: Optional[int] = Field(default=None, ge=1)
-    max_tokens: Optional[int] = Field(default=None, ge=1)
+    max_token_budget: Optional[int] = Field(default=None, ge=1)
     max_inflight: Optional[int] = Field(default=None, ge=1)
     max_request_seconds: Optional[float] = Field(default=None, gt=0, allow_inf_nan=False)
     shutdown_timeout: float = Field(ge=0)
@@ -53,8 +53,10 @@ def serve(
     max_concurrent: Optional[int] = typer.Option(None, help="programs running at once; more get 429"),
     max_knob: Optional[int] = typer.Option(4096, help="largest knob cap (and knob-unit policy field) a request "
                                            "may ask for (else 400); also clamps a program's own cap"),
-    max_tokens: Optional[int] = typer.Option(None, help="largest max_tokens a request may ask for (else 400); "
-                                             "also the default token budget"),
+    max_token_budget: Optional[int] = typer.Option(None, "--max-token-budget", "--max-tokens",
+                                                   help="largest decode-token budget (a request's max_tokens) a "
+                                                   "request may ask for (else 400); also the default budget "
+                                                   "(--max-tokens: its old name)"),
     max_inflight: Optional[int] = typer.Option(None, help="backend requests admitted at once; the scheduler "
                                                "orders the rest"),
     max_request_seconds: Optional[float] = typer.Option(600.0, help="wall-time limit of one request: a program "
@@ -74,8 +76,9 @@ def serve(
     keep_alive_timeout: float = typer.Option(5.0, help="seconds an idle keep-alive connection stays open"),
     max_connections: int = typer.Option(1024, help="open connections at once; past it requests get 503"),
     max_header_bytes: int = typer.Option(64 << 10, help="largest request head in bytes (more: 400)"),
-    preset: Optional[str] = typer.Option(None, help="--backend sim: the simulated GPU x model (cost model and KV "
-                                         "pool, ESTIMATES; default h200-r1-distill-qwen-7b)"),
+    sim_preset: Optional[str] = typer.Option(None, "--sim-preset", "--preset", help="--backend sim: the simulated "
+                                             "GPU x model (cost model and KV pool, ESTIMATES; default "
+                                             "h200-r1-distill-qwen-7b; --preset: its old name)"),
     speed: Optional[float] = typer.Option(None, help="--backend sim: engine seconds per wall second (default 1)"),
 ) -> None:
     """Serve reasoning programs behind an OpenAI-compatible API with certaindex early exit.
@@ -85,7 +88,7 @@ def serve(
     from certa.runtime.errors import CertaError, ConfigError
     try:
         try:
-            _ServeOptions(port=port, max_concurrent=max_concurrent, max_knob=max_knob, max_tokens=max_tokens,
+            _ServeOptions(port=port, max_concurrent=max_concurrent, max_knob=max_knob, max_token_budget=max_token_budget,
                           max_inflight=max_inflight, max_request_seconds=max_request_seconds,
                           shutdown_timeout=shutdown_timeout, answer_format=answer_format,
                           header_timeout=header_timeout, body_timeout=body_timeout,
@@ -94,12 +97,12 @@ def serve(
         except ValidationError as exc:
             err = exc.errors()[0]
             raise ConfigError(f"--{str(err['loc'][0]).replace('_', '-')}: {err['msg']}") from None
-        sim = {k: v for k, v in (("preset", preset), ("speed", speed)) if v is not None}
+        sim = {k: v for k, v in (("preset", sim_preset), ("speed", speed)) if v is not None}
         if sim and backend != "sim":
-            raise ConfigError("--preset and --speed are options of --backend sim")
+            raise ConfigError("--sim-preset and --speed are options of --backend sim")
         backend_opt = [*backend_opt, *(f"{k}={v}" for k, v in sim.items())]
         server = _build_server(program, backend, model, url, backend_opt, scheduler, max_concurrent=max_concurrent,
-                               max_knob=max_knob, max_tokens=max_tokens, max_inflight=max_inflight,
+                               max_knob=max_knob, max_token_budget=max_token_budget, max_inflight=max_inflight,
                                max_request_s=max_request_seconds, answer_format=answer_format)
         logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         console.print(f"serving [bold]{', '.join(server.models)}[/bold] on http://{host}:{port}/v1 with backend "

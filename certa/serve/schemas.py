@@ -79,7 +79,7 @@ def _non_finite(v: Any, path: str) -> tuple[str, str] | None:
     return None
 
 
-def check_limits(opts: CertaOptions, *, max_knob: int | None, max_tokens: int | None) -> None:
+def check_limits(opts: CertaOptions, *, max_knob: int | None, max_token_budget: int | None) -> None:
     """Refuse (CT205, HTTP 400, naming the field and the limit) a ``knob_cap`` or policy field
     over the server's maximums; a fraction field (``tau``, ``threshold``) outside [0, 1] is a
     CT300 (a bad policy); an unknown policy kind a CT300 listing the kinds.
@@ -87,9 +87,9 @@ def check_limits(opts: CertaOptions, *, max_knob: int | None, max_tokens: int | 
     What each field counts is the policy's own declaration (``Policy.fields``, see
     :mod:`certa.runtime.policy`): knob-unit fields (``detect_at``, ``every``, ``window``,
     ``even``'s ``cap``, ...) are bounded by ``max_knob``, token fields (``length``'s
-    ``max_tokens``) by ``max_tokens`` (``None``: no bound).
+    ``max_tokens``) by ``max_token_budget`` (``None``: no bound).
 
-    >>> check_limits(CertaOptions(policy={"kind": "even", "cap": 99}), max_knob=16, max_tokens=None)
+    >>> check_limits(CertaOptions(policy={"kind": "even", "cap": 99}), max_knob=16, max_token_budget=None)
     Traceback (most recent call last):
     ...
     certa.runtime.errors.LimitExceededError: CT205 limit-exceeded: certa.policy.cap=99 is over this server's limit of 16 (--max-knob)
@@ -100,7 +100,7 @@ def check_limits(opts: CertaOptions, *, max_knob: int | None, max_tokens: int | 
         return
     from certa.algorithms.policies import STOPPING_POLICIES
     units = STOPPING_POLICIES.get(opts.policy["kind"]).fields
-    limits = {"knob": (max_knob, "--max-knob"), "tokens": (max_tokens, "--max-tokens")}
+    limits = {"knob": (max_knob, "--max-knob"), "tokens": (max_token_budget, "--max-token-budget")}
     for key, value in opts.policy.items():
         unit = units.get(key)
         if unit == "fraction":

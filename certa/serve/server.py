@@ -26,6 +26,7 @@ import logging
 import math
 import time
 import uuid
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
@@ -64,7 +65,8 @@ class Server:
             ``certa-nocd``) or a :class:`SchedulingPolicy`.
         max_concurrent: programs running at once; more are refused (:class:`ServerBusyError`).
         max_knob: the largest ``knob_cap`` a request may ask for; also caps programs' defaults.
-        max_tokens: the largest decode-token budget a request may ask for, and the default budget.
+        max_token_budget: the largest decode-token budget (a request's ``max_tokens``) a request
+            may ask for, and the default budget (``max_tokens=`` is its old, deprecated name).
         max_inflight: backend requests admitted at once (the scheduler queues and orders the
             rest: this is where scheduling pays off); None = no limit.
         answer_format: ``boxed`` (``\boxed{18}``) or ``plain`` — the default for requests.
@@ -76,11 +78,14 @@ class Server:
 
     def __init__(self, program: Any = "sc", backend: Backend | str | None = None, *,
                  scheduler: str | SchedulingPolicy = "certa", max_concurrent: int | None = None,
-                 max_knob: int | None = None, max_tokens: int | None = None, max_inflight: int | None = None,
+                 max_knob: int | None = None, max_token_budget: int | None = None, max_inflight: int | None = None,
                  answer_format: str = "boxed", limits: RuntimeLimits | None = None, runtime: Runtime | None = None,
                  max_request_s: float | None = None, **backend_options: Any) -> None:
+        if "max_tokens" in backend_options:  # the old name: max_tokens means a request's budget only
+            warnings.warn("Server(max_tokens=) is now max_token_budget=", DeprecationWarning, stacklevel=2)
+            max_token_budget = backend_options.pop("max_tokens")
         for name, value in (("max_concurrent", max_concurrent), ("max_knob", max_knob),
-                            ("max_tokens", max_tokens), ("max_inflight", max_inflight)):
+                            ("max_token_budget", max_token_budget), ("max_inflight", max_inflight)):
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
                 raise ConfigError(f"{name} must be a positive integer or None, not {value!r}")
         if max_request_s is not None and (isinstance(max_request_s, bool) or not isinstance(max_request_s, (int, float))
@@ -101,7 +106,7 @@ class Server:
             raise ConfigError("backend options, max_inflight and limits configure a new Runtime; "
                               "they cannot apply to the runtime= given")
         self.runtime = runtime
-        self.max_concurrent, self.max_knob, self.max_tokens = max_concurrent, max_knob, max_tokens
+        self.max_concurrent, self.max_knob, self.max_token_budget = max_concurrent, max_knob, max_token_budget
         self.answer_format, self.max_request_s = answer_format, max_request_s
         self.started = time.time()
         self.stats = ServeMetrics()
@@ -293,19 +298,19 @@ class Server:
         limit = self.runtime.limits.max_prompt_chars
         if limit is not None and len(question) > limit:
             raise LimitExceededError(f"the question has {len(question)} chars, over the limit of {limit}")
-        check_limits(opts, max_knob=self.max_knob, max_tokens=self.max_tokens)  # knob_cap and policy fields
+        check_limits(opts, max_knob=self.max_knob, max_token_budget=self.max_token_budget)  # cap, policy fields
         if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int)
                                        or max_tokens < 1):
             raise ConfigError(f"max_tokens must be a positive integer, not {max_tokens!r}")
-        if max_tokens is not None and self.max_tokens is not None and max_tokens > self.max_tokens:
-            raise LimitExceededError(f"max_tokens={max_tokens} is over this server's limit of {self.max_tokens} "
-                                     f"(--max-tokens)")
+        if max_tokens is not None and self.max_token_budget is not None and max_tokens > self.max_token_budget:
+            raise LimitExceededError(f"max_tokens={max_tokens} is over this server's limit of {self.max_token_budget} "
+                                     "(--max-token-budget)")
         knob_cap = opts.knob_cap
         default_cap = sp.default_knob.cap
         if knob_cap is None and self.max_knob is not None and (default_cap is None or default_cap > self.max_knob):
             knob_cap = self.max_knob
         prog = sp.instantiate(question, preset=opts.preset, policy=opts.policy, knob_cap=knob_cap,
-                              max_tokens=max_tokens or self.max_tokens, seed=seed)
+                              max_tokens=max_tokens or self.max_token_budget, seed=seed)
         if self.max_concurrent is not None and len(self._jobs) >= self.max_concurrent:
             mean = self.stats.mean_latency_s or 1.0
             n = len(self._jobs)

@@ -42,7 +42,7 @@ from certa.runtime.scheduling.scheduler import SchedulingPolicy
 
 from certa.serve.completion import Completion
 from certa.serve.errors import ServerBusyError, ShuttingDownError, TimeLimitError, UnknownModelError
-from certa.serve.metrics import ServeMetrics, render_prometheus
+from certa.serve.metrics import ServeMetrics
 from certa.serve.programs import ServedProgram
 from certa.serve.schemas import CertaOptions, check_limits, parse_request
 from certa.serve.stream import CompletionStream, Job
@@ -109,7 +109,7 @@ class Server:
         self.max_concurrent, self.max_knob, self.max_token_budget = max_concurrent, max_knob, max_token_budget
         self.answer_format, self.max_request_s = answer_format, max_request_s
         self.started = time.time()
-        self.stats = ServeMetrics()
+        self.stats = ServeMetrics(live=self._live)
         self._jobs: set[Job] = set()
         self._watch: dict[str, asyncio.Event] = {}
         self._unsubscribe: Any = None
@@ -171,25 +171,30 @@ class Server:
 
     def metrics(self) -> dict[str, Any]:
         """A JSON-serialisable snapshot: programs, tokens by kind, tokens saved, SLOs, queue depth."""
+        return self.stats.snapshot()
+
+    def prometheus(self) -> str:
+        """The metrics in Prometheus text format (what ``/metrics`` serves)."""
+        return self.stats.render()
+
+    def _live(self) -> dict[str, Any]:
+        """What the metrics read at scrape time (:data:`certa.serve.metrics.Live`)."""
         sched = self.runtime.scheduler
         try:
             inflight = len(self.runtime.backend.live_rids())
         except Exception:  # noqa: BLE001 - a backend that cannot tell still gets metrics
             inflight = sched.inflight
-        snap = self.stats.snapshot(running=self.running, queue_depth=sched.queue_depth, inflight_requests=inflight)
+        live: dict[str, Any] = {"running": self.running, "queue_depth": sched.queue_depth,
+                                "inflight_requests": inflight,
+                                "info": {"models": ",".join(self.models), "scheduler": getattr(sched.policy, "name", "?"),
+                                         "backend": type(self.runtime.backend).__name__}}
         backend_metrics = getattr(self.runtime.backend, "metrics", None)  # HTTP backends: aborts, failovers
         if callable(backend_metrics):
             try:
-                snap["backend"] = {k: int(v) for k, v in backend_metrics().items()}
+                live["backend"] = {k: int(v) for k, v in backend_metrics().items()}
             except Exception:  # noqa: BLE001 - a backend's counters never break the server's metrics
                 pass
-        return snap
-
-    def prometheus(self) -> str:
-        """The metrics in Prometheus text format (what ``/metrics`` serves)."""
-        info = {"models": ",".join(self.models), "scheduler": getattr(self.runtime.scheduler.policy, "name", "?"),
-                "backend": type(self.runtime.backend).__name__}
-        return render_prometheus(self.metrics(), info)
+        return live
 
     async def drain(self, timeout: float = 30.0) -> None:
         """Refuse new requests; let running programs finish for up to ``timeout`` seconds, then

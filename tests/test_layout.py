@@ -73,3 +73,18 @@ def test_no_function_in_the_layers_is_over_60_lines():
 
 def test_size_allow_list_has_no_stale_entries():
     assert not LONG_FUNCTIONS_ALLOWED - set(_long_functions()), "remove the split functions from the allow list"
+
+
+# ---- generated data lives in data/, not among the docs' sources ------------------------------------------
+def test_no_generated_jsonl_among_the_docs():
+    assert not sorted((ROOT / "docs").rglob("*.jsonl*")), "measured logs go to data/ (see data/iterations)"
+
+
+def test_the_committed_iteration_logs_load_and_gzip_logs_round_trip(tmp_path):
+    from certa.runtime.sim.cost_model import load_records, save_records
+    logs = ROOT / "data" / "iterations" / "sim-cpu-2026-12-03"
+    for run in ("run0", "run1", "run2"):
+        assert len(load_records(logs / run / "online_iterations.jsonl.gz")) > 1000
+    recs = load_records(logs / "run0" / "calibration_iterations.jsonl.gz")
+    again = save_records(recs, tmp_path / "x.jsonl.gz")
+    assert load_records(again) == recs and again.read_bytes() == save_records(recs, tmp_path / "y.jsonl.gz").read_bytes()

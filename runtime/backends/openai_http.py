@@ -155,9 +155,7 @@ class OpenAIBackend(StreamingBackend):
 
     def metrics(self) -> dict[str, int]:
         """Counters: failovers, workers marked down / re-admitted, failed probes, workers down now."""
-        st = self.pool.stats
-        return {"failovers": st.failovers, "workers_marked_down": st.marked_down, "workers_readmitted": st.readmitted,
-                "health_probes_failed": st.probes_failed, "workers_down": len(self.pool.down)}
+        return {**self.pool.stats, "workers_down": len(self.pool.down)}
 
     async def _model_for(self, worker: str) -> str | None:
         if self.model is not None:
@@ -243,7 +241,7 @@ class OpenAIBackend(StreamingBackend):
                 nxt = self.pool.route(affinity_key(req), exclude=tried)
                 if nxt is None:
                     raise exc.error from None
-                self.pool.stats.failovers += 1
+                self.pool.stats["failovers"] += 1
                 live.worker = nxt
 
     def _abort_error(self, st: StreamState, req: GenRequest) -> Exception:

@@ -24,6 +24,7 @@ Example:
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -108,6 +109,21 @@ class ServeMetrics:
                 if s.name == name and s.value}
 
     @property
+    def started(self) -> int:
+        """Programs started so far."""
+        return int(self._value("certa_programs_started_total"))
+
+    @property
+    def rejections(self) -> Counter[str]:
+        """Requests refused so far, by reason."""
+        return Counter(self._by("certa_requests_rejected_total", "reason"))
+
+    @property
+    def exits(self) -> Counter[str]:
+        """Programs finished so far, by exit reason."""
+        return Counter(self._by("certa_programs_finished_total", "exit_reason"))
+
+    @property
     def mean_latency_s(self) -> float | None:
         n = self._value("certa_request_latency_seconds_count")
         return self._value("certa_request_latency_seconds_sum") / n if n else None
@@ -119,9 +135,8 @@ class ServeMetrics:
         count = int(self._value("certa_request_latency_seconds_count"))
         out: dict[str, Any] = {
             "programs_running": live.get("running", 0),
-            "programs_started": int(self._value("certa_programs_started_total")),
-            "programs_finished": self._by("certa_programs_finished_total", "exit_reason"),
-            "requests_rejected": self._by("certa_requests_rejected_total", "reason"),
+            "programs_started": self.started, "programs_finished": dict(self.exits),
+            "requests_rejected": dict(self.rejections),
             "tokens": {k: int(self._value("certa_tokens_total", kind=k)) for k in _KINDS},
             "tokens_saved": int(self._value("certa_tokens_saved_total")),
             "slo": {"requests": requests, "met": met, "attainment": met / requests if requests else None},

@@ -103,6 +103,14 @@ def _threshold_value(threshold: Any) -> dict[str, float]:
     raise ConfigError(f"threshold must be a number, a dict or a policy with tau, not {type(threshold).__name__}")
 
 
+def _sections(data: dict[str, Any], *keys: str, what: str, hint: str) -> list[dict[str, Any]]:
+    """The named sections of a result a plot reads (ConfigError naming them when one is missing)."""
+    found = [data.get(k) if isinstance(data, dict) else None for k in keys]
+    if not all(isinstance(f, dict) for f in found):
+        raise ConfigError(f"expected {what} with " + " and ".join(f"'{k}'" for k in keys), hint=hint)
+    return found  # type: ignore[return-value]
+
+
 def _knob_positions(pts: Sequence[Any]) -> list[float]:
     """x of each point: its knob value; several updates at one value (several steps per knob
     unit, as in MCTS) are spread evenly over [k, k + 1)."""
@@ -191,9 +199,7 @@ def plot_tokens_accuracy(report: dict[str, Any], path: str | os.PathLike[str] | 
     curve (thin) with the calibrated choice as a star, labelled with its token ratio and
     accuracy change against baseline-even at the full budget.
     """
-    methods = report.get("methods")
-    if not isinstance(methods, dict):
-        raise ConfigError("expected a token benchmark report with 'methods'", hint="from bench_tokens(...)")
+    methods, = _sections(report, "methods", what="a token benchmark report", hint="from bench_tokens(...)")
     fig = new_figure(7.2, 4.6)
     ax = fig.add_subplot()
     for i, (name, m) in enumerate(methods.items()):
@@ -221,20 +227,18 @@ def plot_tokens_accuracy(report: dict[str, Any], path: str | os.PathLike[str] | 
 
 def plot_slo(result: dict[str, Any], path: str | os.PathLike[str] | None = None, *,
              title: str | None = None) -> "Figure":
-    """SLO attainment vs arrival rate and vs SLO scale, one line per scheduling policy.
+    """SLO attainment vs arrival rate and vs SLO scale, one line per scheduling policy (its registered colour).
 
     ``result`` is what :func:`certa.simulation.sweep.run_sweep` returns (the JSON of
     ``certa sim simulate``). The dashed line is the attainment target (90% by default).
     """
-    sweep, slo = result.get("rate_sweep"), result.get("slo_sweep")
-    if not isinstance(sweep, dict) or not isinstance(slo, dict):
-        raise ConfigError("expected a simulator sweep result with 'rate_sweep' and 'slo_sweep'",
-                          hint="from run_sweep(...) or certa sim simulate --json")
+    sweep, slo = _sections(result, "rate_sweep", "slo_sweep", what="a simulator sweep result",
+                           hint="from run_sweep(...) or certa sim simulate --json")
     target = result.get("spec", {}).get("target", 0.9)
     fig = new_figure(11.0, 4.0)
     left, right = fig.add_subplot(1, 2, 1), fig.add_subplot(1, 2, 2)
     for i, (pol, rows) in enumerate(sweep.items()):
-        color = PALETTE[i % len(PALETTE)]
+        color = policy_color(pol) or PALETTE[i % len(PALETTE)]  # each policy in its registered colour
         best = result.get("max_rate", {}).get(pol)
         left.plot([r["rate"] for r in rows], [r["attainment"] for r in rows], marker="o", ms=3, color=color,
                   label=f"{pol} (max {best:.3g}/s)" if best else pol)

@@ -39,7 +39,7 @@ from certa.eval.evalstats import bootstrap_ci
 from certa.eval.replay import ReplaySC, run_replay
 from certa.eval.replay_eval import Replayer
 from certa.algorithms.programs.self_consistency import sc_program
-from certa.cli import _load_policy
+from certa.cli.run import load_policy
 from certa.runtime import Runtime, Threshold
 from certa.runtime.backends.llamacpp.backend import LlamaCppBackend
 from certa.eval.traces import load_traces
@@ -114,7 +114,7 @@ def main() -> None:
     ap.add_argument("--traces", default=None, help="trace file to (re)use; default next to --out")
     ap.add_argument("--out", default="results/live_vs_replay.json")
     args = ap.parse_args()
-    policy = _load_policy(args.policy) if args.policy else Threshold(0.55, detect_at=4, every=4)
+    policy = load_policy(args.policy) if args.policy else Threshold(0.55, detect_at=4, every=4)
     problems = load_dataset("gsm8k", idx=args.idx)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

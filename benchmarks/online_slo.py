@@ -46,7 +46,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-from certa.cli_sim import plot_sweep, print_summary, simulate_workload
+from certa.cli.sim import plot_sweep, print_summary, simulate_workload
 from certa.runtime.errors import CertaError
 from certa.runtime.scheduling.policies import POLICIES
 from certa.simulation.workload import ProgramConfig
@@ -129,7 +129,7 @@ def run_kv_admission() -> float:
 
 def plot_seed_spread(spreads: list[dict], img: Path) -> Path | None:
     """Per regime, each seed's certa/fcfs ratio (dots) and the mean over seeds (bar), against the bound."""
-    from certa.plots import new_figure, save_figure
+    from certa.viz.plots import new_figure, save_figure
     from certa.simulation.seed_spread import BOUNDS
 
     fig = new_figure(12.0, 3.6)
@@ -199,8 +199,8 @@ def regime_table(results: list[dict]) -> str:
 
 def plot_regime(res: dict, img: Path) -> Path | None:
     """Attainment vs rate and the latency CDF at the fixed rate, per policy, in both exit modes."""
-    from certa.cli_sim import POLICY_COLORS
-    from certa.plots import new_figure, save_figure
+    from certa.viz.plots import policy_color
+    from certa.viz.plots import new_figure, save_figure
 
     fig = new_figure(11.0, 7.0)
     axes = fig.subplots(2, 2)
@@ -209,7 +209,7 @@ def plot_regime(res: dict, img: Path) -> Path | None:
         m = res["modes"][mode]
         ax = axes[0][col]
         for p, att in m["attainment"].items():
-            ax.plot(res["rates"], att, marker="o", ms=3, color=POLICY_COLORS.get(p),
+            ax.plot(res["rates"], att, marker="o", ms=3, color=policy_color(p),
                     label=f"{p} (max {_fmt(m['max_rate'].get(p))}/s)")
         ax.axhline(res["spec"]["target"], ls="--", color="k", lw=0.8)
         ax.set_xscale("log")
@@ -221,7 +221,7 @@ def plot_regime(res: dict, img: Path) -> Path | None:
         ax.legend(fontsize=7)
         ax = axes[1][col]
         for p, pts in m["latency_cdf"].items():
-            ax.step([x for x, _ in pts], [y for _, y in pts], where="post", color=POLICY_COLORS.get(p),
+            ax.step([x for x, _ in pts], [y for _, y in pts], where="post", color=policy_color(p),
                     label=f"{p} (mean {m['latency'][p]['mean']:.0f} s)")
         ax.axvline(res["workload"]["uniform_slo_s"], ls="--", color="k", lw=0.8)
         ax.set_xscale("log")

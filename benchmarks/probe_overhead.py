@@ -71,7 +71,7 @@ async def chain(b: LlamaCppBackend, q: str, seed: int, args, variant: str, tag: 
     work = {k: round(after[k] - before[k], 3) for k in ("iterations", "decode_seconds", "prompt_tokens",
                                                         "decode_tokens", "probe_tokens")}
     work["records"] = (first, len(b.engine.iterations))  # this run's iteration records (for the cost model)
-    tokens = list(seq._job.out)
+    tokens = seq.token_ids
     await seq.close()
     return wall, tokens, probes, work
 

@@ -53,7 +53,7 @@ def stated_numbers(text: str) -> list[tuple[int, str]]:
     for m in _STATED.finditer(text):
         after = text[m.end():m.end() + 80]
         e = _CLAUSE_END.match(after)
-        if e is not None and not text_signals._not_final(after[:e.end() + 1]):
+        if e is not None and not text_signals.not_final(after[:e.end() + 1]):
             out.append((m.end() + e.end(), m.group(0).replace("$", "").replace(",", "")))
     return out
 
@@ -108,8 +108,8 @@ def latest_number_features(text: str, numbers: list[tuple[int, str]], q: str, ds
             float(any(st.kind == "conclude" for st in stated)), log(len(stated)), log(run), log(sum(same)),
             log(len(set(v for _, v in numbers))), sum(same[first:]) / len(same[first:]),
             log((len(text) - done) / 100), log((len(text) - numbers[first][0]) / 100),
-            log(len(text_signals._DOUBT.findall(tail))), float(bool(text_signals._DOUBT.search(text[-200:]))),
-            log(len(_CONFIRM.findall(tail))), float(value in qnums), float(text_signals._fits(value, ds, q)),
+            log(len(text_signals.DOUBT_RE.findall(tail))), float(bool(text_signals.DOUBT_RE.search(text[-200:]))),
+            log(len(_CONFIRM.findall(tail))), float(value in qnums), float(text_signals.fits(value, ds, q)),
             float(bool(_MARK.search(sentence))), log(len(text) / 1000)]
 
 

@@ -209,12 +209,20 @@ def measure(args, rep: int) -> dict:
     load_before = os.getloadavg()[0]
     cal, live, rows = asyncio.run(run())
     d = args.out / f"run{rep}"
-    save_records(cal, d / "calibration_iterations.jsonl")
-    save_records(live, d / "online_iterations.jsonl")
+    save_records(cal, records_path(args, rep, "calibration"))
+    save_records(live, records_path(args, rep, "online"))
     (d / "programs.json").write_text(json.dumps(rows, indent=1) + "\n", encoding="utf-8")
     (d / "engine_stats.json").write_text(json.dumps(stats, indent=1) + "\n", encoding="utf-8")
     return {"repeat": rep, "load_average": {"before": load_before, "after": os.getloadavg()[0],
                                             "cores": os.cpu_count()}, "programs": rows, "engine_stats": stats}
+
+
+def records_path(args, rep: int, which: str) -> Path:
+    """Where a repeat's iteration log lives: under ``--records`` (gzip JSONL; the committed logs are
+    in data/iterations/, not among the docs' results), else beside its results under ``--out``."""
+    if args.records is not None:
+        return args.records / f"run{rep}" / f"{which}_iterations.jsonl.gz"
+    return args.out / f"run{rep}" / f"{which}_iterations.jsonl"
 
 
 def saved_repeat(d: Path, rep: int) -> dict:
@@ -229,8 +237,8 @@ def saved_repeat(d: Path, rep: int) -> dict:
 def score(args, rep: dict, others: list) -> dict:
     """Fit each cost model (to the repeat's calibration, or to the other repeats' online
     iterations ``others``), replay the repeat's programs, compare latencies."""
-    d = args.out / f"run{rep['repeat']}"
-    cal, live = load_records(d / "calibration_iterations.jsonl"), load_records(d / "online_iterations.jsonl")
+    cal = load_records(records_path(args, rep["repeat"], "calibration"))
+    live = load_records(records_path(args, rep["repeat"], "online"))
     rows = rep["programs"]
     measured_lat = {r["pid"]: r["finish"] - r["arrival"] for r in rows}
     fits, residuals = {}, {}
@@ -275,6 +283,9 @@ def main(argv: list[str] | None = None) -> int:
                          "benchmark did so before 2026-12-03; the simulator starts empty)")
     ap.add_argument("--rescore", action="store_true",
                     help="refit and replay the runs already measured under --out (no model is run)")
+    ap.add_argument("--records", type=Path, default=None,
+                    help="keep the iteration logs here (gzip JSONL, run<i>/...) instead of under --out; the "
+                         "committed ones: data/iterations/sim-cpu-2026-12-03")
     ap.add_argument("--quick", action="store_true", help="4 programs, 1 repeat, fast rates (a smoke run)")
     args = ap.parse_args(argv)
     if args.quick:
@@ -291,7 +302,7 @@ def main(argv: list[str] | None = None) -> int:
         if max(load["before"], load["after"]) > (os.cpu_count() or 1):
             print("WARNING: load average above the core count: timings are contended, rerun on a quiet "
                   "machine", file=sys.stderr)
-    online = {m["repeat"]: load_records(args.out / f"run{m['repeat']}" / "online_iterations.jsonl") for m in measured}
+    online = {m["repeat"]: load_records(records_path(args, m["repeat"], "online")) for m in measured}
     runs = []
     for m in measured:
         others = [r for rep, recs in online.items() if rep != m["repeat"] for r in recs]
@@ -303,7 +314,7 @@ def main(argv: list[str] | None = None) -> int:
               flush=True)
     report = {"benchmark": "sim_validate_cpu", "machine": platform.processor() or platform.machine(),
               "command": "python benchmarks/sim_validate_cpu.py " + " ".join(sys.argv[1:] if argv is None else argv),
-              "args": {k: str(v) for k, v in vars(args).items() if k != "out"},
+              "args": {k: str(v) for k, v in vars(args).items() if k not in ("out", "records")},
               "summary": summarize(runs), "runs": runs}
     (args.out / "sim_validate_cpu.json").write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
     plot_residuals(runs, args.out / "sim_validate_residuals.png")

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from certa.moved import install as _install_moved
 from certa.runtime.lazy import lazy_exports
 
 __version__ = "0.1.0"
@@ -22,7 +23,7 @@ _DSL = ("END", "START", "Annotated", "Appended", "CompiledGraph", "Extended", "G
 _RUNTIME = ("AdmissionLimits", "Backend", "Capabilities", "CertaError", "Context", "Decision", "Even", "Event",
             "GenRequest", "GenResult", "Knob", "Length", "Mermaid", "Policy", "Program", "Result", "Runtime",
             "RuntimeLimits", "Scheduler", "SchedulingPolicy", "ScriptedBackend", "Threshold", "TokenUsage",
-            "Watch", "run_blocking")
+            "Watch", "make_runtime", "run_blocking")
 
 # public name -> (module, attribute or None for the module itself)
 _LAZY: dict[str, tuple[str, str | None]] = {
@@ -36,6 +37,8 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "prompts": ("certa.algorithms.prompts", None),
     "prompt": ("certa.algorithms.prompts", "prompt"),
     "signals": ("certa.algorithms.signals", None),
+    "policy_from_dict": ("certa.algorithms.policies.registry", "policy_from_dict"),
+    "STOPPING_POLICIES": ("certa.algorithms.policies.registry", "STOPPING_POLICIES"),
 }
 
 __all__ = sorted(_LAZY)
@@ -43,6 +46,7 @@ __all__ = sorted(_LAZY)
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from certa.algorithms import answers, prompts, signals
     from certa.algorithms.answers import equivalence
+    from certa.algorithms.policies.registry import STOPPING_POLICIES, policy_from_dict
     from certa.algorithms.prompts import prompt
     from certa.runtime.checkpoint import Checkpointer, Command, InterruptedResult, MemoryCheckpointer
     from certa.runtime.checkpoint_sqlite import SqliteCheckpointer
@@ -51,7 +55,8 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from certa.runtime import (AdmissionLimits, Backend, Capabilities, CertaError, Context, Decision, Even, Event,
                                GenRequest, GenResult, Knob, Length, Mermaid, Policy, Program, Result, Runtime,
                                RuntimeLimits, Scheduler, SchedulingPolicy, ScriptedBackend, Threshold, TokenUsage,
-                               Watch, run_blocking)
+                               Watch, make_runtime, run_blocking)
 
 
 __getattr__, __dir__ = lazy_exports(__name__, _LAZY)
+_install_moved()  # certa.drawing, certa.cli_run, ...: old names of moved modules (certa.moved)

@@ -19,8 +19,8 @@ from certa.eval.bench_tokens import bench_tokens
 from certa.algorithms.programs.library import PROGRAMS, build
 from certa.algorithms.programs.mcts import mcts_program
 from certa.algorithms.programs.rebase import rebase_program
-from certa.drawing import draw_png, draw_tree
-from certa.plots import plot_certaindex, plot_slo, plot_tokens_accuracy
+from certa.viz.drawing import draw_png, draw_tree
+from certa.viz.plots import plot_certaindex, plot_slo, plot_tokens_accuracy
 from certa.simulation.sweep import SweepSpec, run_sweep
 from certa.simulation.synth import synth_traces
 

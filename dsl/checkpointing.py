@@ -37,7 +37,6 @@ as JSON values (a tuple as a list, a model as a dict).
 
 from __future__ import annotations
 
-import itertools
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
@@ -78,7 +77,7 @@ class Held:
 
 def hold_launch(prog: "GraphProgram", step: str, branch: int) -> bool:
     """Whether to hold the new branch ``branch`` of ``step`` (interrupt before it, or paused)."""
-    held = prog._held
+    held = prog.held
     if held.pausing is None and step in held.before:
         held.pausing = (step, "before")
     if held.pausing is None:
@@ -89,7 +88,7 @@ def hold_launch(prog: "GraphProgram", step: str, branch: int) -> bool:
 
 def hold_route(prog: "GraphProgram", step: str, branch: int, payload: Any) -> bool:
     """Whether to hold the routing of finished ``branch`` of ``step`` (interrupt after it, or paused)."""
-    held = prog._held
+    held = prog.held
     if held.pausing is None and step in held.after:
         held.pausing = (step, "after")
     if held.pausing is None:
@@ -101,7 +100,7 @@ def hold_route(prog: "GraphProgram", step: str, branch: int, payload: Any) -> bo
 def ask(prog: "GraphProgram", step: str, branch: int, value: Any) -> Any:
     """``ctx.interrupt(value)`` in branch ``branch``: its answer if the thread was resumed with
     one for this call, else :class:`StepInterrupt` (the branch is then held by :func:`hold_ask`)."""
-    held = prog._held
+    held = prog.held
     if not held.threaded:
         raise ConfigError(f"ctx.interrupt in step {step!r} needs the program run on a thread, to resume it",
                           program=prog.program_id or prog.name, step=step, branch=branch,
@@ -118,8 +117,8 @@ def ask(prog: "GraphProgram", step: str, branch: int, value: Any) -> Any:
 def hold_ask(prog: "GraphProgram", step: str, branch: int, pending: tuple[str, Any], exc: StepInterrupt) -> None:
     """Branch ``branch`` of ``step`` paused in ``ctx.interrupt``: keep it pending (it runs again
     on resume) with what it asked, and pause the program (nothing new starts)."""
-    held = prog._held
-    prog._branches[branch] = pending
+    held = prog.held
+    prog.book.pending[branch] = pending
     held.asks[branch] = (step, exc.index, _payload(prog, step, branch, exc.value, "the value of ctx.interrupt"))
     held.asked.pop(branch, None)
     held.launches.append(branch)
@@ -131,7 +130,7 @@ def hold_ask(prog: "GraphProgram", step: str, branch: int, pending: tuple[str, A
 def resume_interrupts(prog: "GraphProgram", value: Any) -> None:
     """``Command(resume=value)``: the next answer of every branch paused in ``ctx.interrupt`` —
     ``value[id]`` when ``value`` is a dict keyed by their ids (``"step:branch:n"``), else ``value``."""
-    held = prog._held
+    held = prog.held
     if not held.asks:
         raise CheckpointError(f"program {prog.name!r} is not paused in ctx.interrupt: nothing to resume with a value",
                               program=prog.name, hint="run the thread without command=Command(resume=...)")
@@ -146,17 +145,17 @@ def resume_interrupts(prog: "GraphProgram", value: Any) -> None:
 
 def resume(prog: "GraphProgram") -> None:
     """First ``execute()`` after a restore: start every pending branch, then route the held ones."""
-    held = prog._held
+    held = prog.held
     routes = list(held.routes)
     held.launches, held.routes, held.pausing = [], [], None
     held.asks = {}  # asked again when their steps run again without an answer
     prog.interrupt = None
     steps = prog.compiled.graph.steps
-    for branch in sorted(prog._branches):
-        step, payload = prog._branches[branch]
-        prog._start(steps[step], branch, payload)
+    for branch in sorted(prog.book.pending):
+        step, payload = prog.book.pending[branch]
+        prog.start_branch(steps[step], branch, payload)
     for step, branch, payload in routes:
-        prog._after(step, branch, payload)
+        prog.route_finished(step, branch, payload)
 
 
 def set_interrupts(prog: "GraphProgram", before: Any, after: Any) -> None:
@@ -172,7 +171,7 @@ def set_interrupts(prog: "GraphProgram", before: Any, after: Any) -> None:
                 close = difflib.get_close_matches(s, names, n=1)
                 raise UnknownStepError(f"{which} names unknown step {s!r}", program=prog.name, step=s,
                                        hint=f"did you mean {close[0]!r}?" if close else f"steps: {', '.join(names)}")
-    held = prog._held
+    held = prog.held
     held.before, held.after = frozenset(before or ()), frozenset(after or ())
     held.idle = not (held.before or held.after or held.asks)
     held.threaded = True  # only the thread runner sets interrupts: in-step interrupts may pause
@@ -198,34 +197,27 @@ def _payload(prog: "GraphProgram", step: str, branch: int, payload: Any,
                               program=prog.program_id or prog.name, step=step, branch=branch) from None
 
 
-def _peek(prog: "GraphProgram", attr: str) -> int:
-    """The next value of an ``itertools.count`` attribute, without consuming it."""
-    n = next(getattr(prog, attr))
-    setattr(prog, attr, itertools.count(n))
-    return n
-
-
 def snapshot(prog: "GraphProgram") -> dict[str, Any]:
     """The resume data of ``prog`` now (JSON-compatible); see the module docstring."""
-    held = prog._held
+    held, book = prog.held, prog.book
     return {
-        "started": prog._started,
+        "started": book.started,
         "completed": held.done_before + len(prog.history),
         "last": list(prog.history[-1]) if prog.history else None,
         "launches": dict(prog.launches),
-        "counters": [_peek(prog, "_branch_ids"), _peek(prog, "_fanouts"), _peek(prog, "_group_ids")],
-        "lanes": [[b, f, i] for b, (f, i) in prog._lanes.items()],
-        "writers": [[f, key, i] for (f, key), i in prog._writers.items()],
-        "groups": [[g, step, n] for g, (step, n) in prog._groups.items()],
-        "group_of": [[b, g] for b, g in prog._group_of.items()],
-        "outer": [[g, o] for g, o in getattr(prog, "_outer", {}).items()],
+        "counters": book.counters(),
+        "lanes": [[b, f, i] for b, (f, i) in book.lanes.items()],
+        "writers": [[f, key, i] for (f, key), i in book.writers.items()],
+        "groups": [[g, step, n] for g, (step, n) in book.groups.items()],
+        "group_of": [[b, g] for b, g in book.group_of.items()],
+        "outer": [[g, o] for g, o in book.outer.items()],
         "pending": [[b, step, _payload(prog, step, b, payload)]
-                    for b, (step, payload) in sorted(prog._branches.items())],
+                    for b, (step, payload) in sorted(book.pending.items())],
         "routes": [[step, b, _payload(prog, step, b, payload)] for step, b, payload in held.routes],
         "asks": [[b, step, n, value] for b, (step, n, value) in sorted(held.asks.items())],
-        "answers": [[b, values] for b, values in sorted(held.answers.items()) if b in prog._branches],
+        "answers": [[b, values] for b, values in sorted(held.answers.items()) if b in book.pending],
         "interrupt": list(prog.interrupt) if prog.interrupt else None,
-        "next": sorted({step for step, _ in prog._branches.values()}),
+        "next": sorted({step for step, _ in book.pending.values()}),
     }
 
 
@@ -241,19 +233,12 @@ def restore(prog: "GraphProgram", state: str, data: dict[str, Any]) -> None:
         if step not in steps:
             raise CheckpointError(f"the checkpoint has a pending branch of step {step!r}, which program "
                                   f"{prog.name!r} no longer has", program=prog.name, step=step)
-    prog._started, prog._ctx = bool(data["started"]), None
     prog.launches = Counter(data["launches"])
-    prog._branch_ids, prog._fanouts, prog._group_ids = (itertools.count(n) for n in data["counters"])
-    prog._lanes = {b: (f, i) for b, f, i in data["lanes"]}
-    prog._writers = {(f, key): i for f, key, i in data["writers"]}
-    prog._groups = {g: [step, n] for g, step, n in data["groups"]}
-    prog._group_of = {b: g for b, g in data["group_of"]}
-    prog._outer = {g: o for g, o in data.get("outer", [])}
-    prog._branches = {b: (step, payload) for b, step, payload in data["pending"]}
-    prog._held.routes = [(r[0], r[1], r[2] if len(r) > 2 else None) for r in data["routes"]]
-    prog._held.asks = {b: (step, n, value) for b, step, n, value in data.get("asks", [])}
-    prog._held.answers = {b: list(values) for b, values in data.get("answers", [])}
-    prog._held.done_before = int(data["completed"])
+    prog.book.restore(data)
+    prog.held.routes = [(r[0], r[1], r[2] if len(r) > 2 else None) for r in data["routes"]]
+    prog.held.asks = {b: (step, n, value) for b, step, n, value in data.get("asks", [])}
+    prog.held.answers = {b: list(values) for b, values in data.get("answers", [])}
+    prog.held.done_before = int(data["completed"])
     prog.interrupt = tuple(data["interrupt"]) if data.get("interrupt") else None  # type: ignore[assignment]
 
 

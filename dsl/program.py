@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import itertools
 from collections import Counter
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
@@ -26,7 +25,7 @@ from certa.runtime.program import Program
 
 from certa.dsl import checkpointing
 from certa.dsl.graph import END, START, Send, StepSpec
-from certa.dsl.lanes import Lanes
+from certa.dsl.lanes import Book, Lanes
 from certa.dsl.state import apply_update
 from certa.dsl.tasks import Finished, task_maker
 
@@ -53,29 +52,20 @@ class GraphProgram(Lanes, Program):
         self.history: list[tuple[str, int]] = []  # (step, branch) in completion order
         self._tasks: dict[int, asyncio.Task] = {}  # branch -> its running task
         self._done = Finished()
-        self._branch_ids = itertools.count()
-        self._fanouts = itertools.count()
-        self._lanes: dict[int, tuple[int, int]] = {}  # branch -> (fan-out, lane) for branches of a fan-out
-        self._writers: dict[tuple[int, str], int] = {}  # (fan-out, field without reducer) -> the lane that wrote it
-        self._started = False
+        self.book = Book()  # branches, lanes, join groups: what a checkpoint saves (certa.dsl.lanes.Book)
         self._ctx: Context | None = None
         self._new_task: Callable[[Coroutine[Any, Any, None]], asyncio.Task[None]] = asyncio.ensure_future
         self._joins: dict[str, list[str]] = {}  # fan-out step -> the steps that join it
         for after, step in compiled.graph.joins:
             self._joins.setdefault(after, []).append(step)
-        self._groups: dict[int, list[Any]] = {}  # join group -> [fan-out step, branches still running]
-        self._group_of: dict[int, int] = {}  # branch -> its join group
-        self._group_ids = itertools.count()
-        self._outer: dict[int, int] = {}  # join group -> the group of the lanes it runs in (nested fan-outs)
-        self._branches: dict[int, tuple[str, Any]] = {}  # branch launched, not finished -> (step, payload)
-        self._held = checkpointing.Held()  # interrupts: branches and routes held while paused
+        self.held = checkpointing.Held()  # interrupts: branches and routes held while paused (checkpointing's)
         self.interrupt: tuple[str, str] | None = None  # (step, "before" | "after" | "during") once paused
         self.cancelled: list[tuple[str, int]] = []  # (step, branch) the exit cancelled (aclose)
 
     # ---- Program interface ----------------------------------------------------------
     async def execute(self, ctx: Context) -> bool:
-        if not self._started:
-            self._started = True
+        if not self.book.started:
+            self.book.started = True
             self._ctx, self._new_task = ctx, task_maker()
             g = self.compiled.graph
             if any(s == START for s, _ in g.edges) or any(b.source == START for b in g.branches):
@@ -90,7 +80,7 @@ class GraphProgram(Lanes, Program):
         done = self._done
         step, branch, update, exc = done.ready() or await done.get()  # ready(): no coroutine when one waits
         self._tasks.pop(branch, None)
-        pending = self._branches.pop(branch, None)
+        pending = self.book.pending.pop(branch, None)
         if exc is not None:
             if type(exc) is StepInterrupt:  # ctx.interrupt: the branch waits for Command(resume=...)
                 checkpointing.hold_ask(self, step, branch, pending or (step, None), exc)
@@ -114,21 +104,21 @@ class GraphProgram(Lanes, Program):
         if step == self.compiled.knob_step:
             self.knob_used += 1
         payload = pending[1] if pending is not None else None
-        if self._held.idle or not checkpointing.hold_route(self, step, branch, payload):  # held: routed on resume
-            self._after(step, branch, payload)
+        if self.held.idle or not checkpointing.hold_route(self, step, branch, payload):  # held: routed on resume
+            self.route_finished(step, branch, payload)
         return bool(self._tasks) or self._more()
 
-    def _after(self, step: str, branch: int, payload: Any = None) -> None:
+    def route_finished(self, step: str, branch: int, payload: Any = None) -> None:
         """Route a finished, merged branch: launch its successors, then count it out of its join."""
         self._route(step, branch, payload)
-        self._lanes.pop(branch, None)
+        self.book.lanes.pop(branch, None)
         self._finish_in_group(branch)
 
     def _more(self) -> bool:
         """Whether branches are still running; when none is and an interrupt holds some, pause."""
         if self._tasks:
             return True
-        self.interrupt = self._held.pause()
+        self.interrupt = self.held.pause()
         return False
 
     def cap_reached(self) -> bool:
@@ -178,8 +168,8 @@ class GraphProgram(Lanes, Program):
     async def aclose(self) -> None:
         tasks = list(self._tasks.values())
         if tasks:  # what the exit cancels (Result.cancelled)
-            self.cancelled = [(self._branches[b][0], b) for b, t in self._tasks.items()
-                              if not t.done() and b in self._branches]
+            self.cancelled = [(self.book.pending[b][0], b) for b, t in self._tasks.items()
+                              if not t.done() and b in self.book.pending]
         for t in tasks:
             t.cancel()
         if tasks:
@@ -220,7 +210,7 @@ class GraphProgram(Lanes, Program):
         the branch's lane with its ``payload``; a router taking ``(state, ctx)`` sees the
         finished branch's context (its ``payload``, ``branch``, ``lane``)."""
         g = self.compiled.graph
-        outer = self._group_of.get(branch) if branch is not None else None
+        outer = self.book.group_of.get(branch) if branch is not None else None
         for src, dst in g.edges:
             if src == step and dst != END:
                 self._enter(dst, step, branch, payload)
@@ -245,7 +235,7 @@ class GraphProgram(Lanes, Program):
                 if bound is not None and sends > bound:
                     raise LimitExceededError(f"router returned {sends} Sends, over {what}={bound}",
                                              program=self.program_id, step=step)
-            fanout = next(self._fanouts) if sends > 1 else None  # several Sends: one fan-out
+            fanout = next(self.book.fanouts) if sends > 1 else None  # several Sends: one fan-out
             groups: dict[str, int | None] = {}  # per target step: the Sends of one call are one join group
             for i, x in enumerate(items):
                 if x is None or x == END:
@@ -285,14 +275,15 @@ class GraphProgram(Lanes, Program):
         if limit is not None and n > limit:
             raise LimitExceededError(f"fanout {n} over the runtime limit {limit}", program=self.program_id, step=name)
         if source == name:
-            lane, group = (self._lanes.get(parent), self._group_of.get(parent)) if parent is not None else (None, None)
+            book = self.book
+            lane, group = (book.lanes.get(parent), book.group_of.get(parent)) if parent is not None else (None, None)
             if spec.elastic and lane is not None and self._ctx is not None:
                 self._continue_elastic(spec, lane, group, payload)
             else:
                 self._launch(spec, payload, lane, group)
             return
-        fanout = next(self._fanouts) if n > 1 else None
-        outer = self._group_of.get(parent) if parent is not None else group
+        fanout = next(self.book.fanouts) if n > 1 else None
+        outer = self.book.group_of.get(parent) if parent is not None else group
         own = self._new_group(name, outer)
         for i in range(n):
             self._launch(spec, None, None if fanout is None else (fanout, i), outer if own is None else own)
@@ -329,17 +320,17 @@ class GraphProgram(Lanes, Program):
         if spec.max_visits is not None and self.launches[spec.name] >= spec.max_visits:
             return
         self.launches[spec.name] += 1
-        branch = next(self._branch_ids)
+        branch = next(self.book.branch_ids)
         if lane is not None:
-            self._lanes[branch] = lane if lane[1] is not None else (lane[0], -1 - branch)
+            self.book.lanes[branch] = lane if lane[1] is not None else (lane[0], -1 - branch)
         if group is not None:
-            self._groups[group][1] += 1
-            self._group_of[branch] = group
-        self._branches[branch] = (spec.name, payload)
-        if self._held.idle or not checkpointing.hold_launch(self, spec.name, branch):  # held: started on resume
-            self._start(spec, branch, payload)
+            self.book.groups[group][1] += 1
+            self.book.group_of[branch] = group
+        self.book.pending[branch] = (spec.name, payload)
+        if self.held.idle or not checkpointing.hold_launch(self, spec.name, branch):  # held: started on resume
+            self.start_branch(spec, branch, payload)
 
-    def _start(self, spec: StepSpec, branch: int, payload: Any) -> None:
+    def start_branch(self, spec: StepSpec, branch: int, payload: Any) -> None:
         """Start the task of an allocated branch."""
         assert self._ctx is not None
         ctx = self._ctx.child(spec.name, branch, payload)

@@ -66,10 +66,14 @@ debate.join("close_round", after="speak")
 debate.branch("close_round", next_round, destinations=["speak"], max_fanout=len(AGENTS))
 program = debate.compile(policy=ct.Threshold(0.99, detect_at=1, every=1))
 
-if __name__ == "__main__":
-    def agent(req):                                                 # fake agents: bob comes round to 408
-        return "\\boxed{408}" if "alice" in req.prompt.split(".")[0] or "408" in req.prompt else "\\boxed{407}"
 
-    result = ct.Runtime(ct.ScriptedBackend(responses=agent)).run_sync(program, question="What is 17 * 24?")
+
+def fake_agent(req):
+    """The scripted fake's reply: alice says 408; bob says 407 until he has heard 408."""
+    return "\\boxed{408}" if "alice" in req.prompt.split(".")[0] or "408" in req.prompt else "\\boxed{407}"
+
+
+if __name__ == "__main__":
+    result = ct.Runtime(ct.ScriptedBackend(responses=fake_agent)).run_sync(program, question="What is 17 * 24?")
     print("answer:", result.answer, "| exit:", result.exit_reason, "| rounds:", result.state.round,
           "| said:", result.state.said)

@@ -14,7 +14,7 @@ import certa as ct
 from certa.algorithms.answers.clustering import majority
 from certa.algorithms.signals import entropy_certainty
 
-from debate import program as debate   # examples/debate.py: python and `certa run` put this folder on the path
+from debate import fake_agent, program as debate   # examples/debate.py: python and `certa run` find it
 
 DEBATES, PARALLEL = 6, 2
 
@@ -49,9 +49,6 @@ sc.loop("hold_debate")
 program = sc.compile(policy=ct.Threshold(0.9, detect_at=2, every=1))
 
 if __name__ == "__main__":
-    def agent(req):                                        # fake agents: bob comes round to 408
-        return "\\boxed{408}" if "alice" in req.prompt.split(".")[0] or "408" in req.prompt else "\\boxed{407}"
-
-    result = ct.Runtime(ct.ScriptedBackend(responses=agent)).run_sync(program, question="What is 17 * 24?")
+    result = ct.Runtime(ct.ScriptedBackend(responses=fake_agent)).run_sync(program, question="What is 17 * 24?")
     print("answer:", result.answer, "| exit:", result.exit_reason, "| debates:", result.state.debates,
           "| requests:", result.tokens.requests)

@@ -14,6 +14,7 @@ from certa.runtime.result import Result
 from certa.runtime.limits import RetryPolicy, RuntimeLimits
 from certa.runtime.program_run import ProgramRun
 from certa.runtime.runtime import Runtime, run_blocking
+from certa.runtime.build import make_runtime
 from certa.runtime.scheduling.scheduler import AdmissionLimits, ProgramInfo, Scheduler, SchedulingPolicy, Ticket
 from certa.runtime.streaming import CertaindexUpdate, ProgramStream, StateValues, StepUpdate
 from certa.runtime.token_stream import TokenChunk, TokenStream
@@ -25,6 +26,6 @@ __all__ = [
     "ChunkedSequence", "ProgramStream", "StateValues", "StepUpdate", "TokenChunk", "TokenStream",
     "Context", "Decision", "Even", "Event", "EventBus", "GenRequest", "GenResult", "Knob", "Length", "ProgramRun",
     "ManagedSequence", "Mermaid", "Policy", "Program", "ProgramInfo", "Result", "RetryPolicy", "Runtime",
-    "RuntimeLimits", "Scheduler", "SchedulingPolicy", "ScoreRequest", "ScoreResult", "ScriptedBackend",
+    "RuntimeLimits", "make_runtime", "Scheduler", "SchedulingPolicy", "ScoreRequest", "ScoreResult", "ScriptedBackend",
     "BackendSequence", "Threshold", "Ticket", "TokenUsage", "Watch", "run_blocking",
 ]

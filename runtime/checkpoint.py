@@ -202,6 +202,15 @@ class Checkpointer(abc.ABC):
     conflicting row (its index is taken).
     """
 
+    @property
+    def running(self) -> set[str]:
+        """The thread ids this process is running on this store now (a run claims its thread:
+        :class:`certa.runtime.threads.ThreadRun`)."""
+        running = self.__dict__.get("_running_threads")
+        if running is None:
+            running = self.__dict__["_running_threads"] = set()
+        return running
+
     def put(self, checkpoint: Checkpoint) -> None:
         """Store ``checkpoint``, whose index must be the thread's next (0 for a new thread)."""
         self._insert(checkpoint.to_row())

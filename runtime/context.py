@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Literal, overload
 from certa.runtime.backends.base import probe_kwargs
 from certa.runtime.errors import BackendError, CertaError, ConfigError, LimitExceededError
 from certa.runtime.seeds import call_salt, salted
-from certa.runtime.token_stream import _TOKENS, TokenStream, token_emitter, tokens_wanted
+from certa.runtime.token_stream import STREAM_TOKENS, TokenStream, token_emitter, tokens_wanted
 from certa.runtime.types import GenRequest, GenResult, ScoreRequest, ScoreResult, TokenKind
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -117,7 +117,7 @@ class Context:
         # the request is built now (limits raise at the call) and the submit coroutine returned as is
         req = self._request(prompt, kind, max_tokens, temperature, top_p, top_k, seed, stop, logprobs, chat,
                             prefix_hint)
-        if _TOKENS.get():  # Runtime.stream(mode="tokens"): stream every gen out as token events
+        if STREAM_TOKENS.get():  # Runtime.stream(mode="tokens"): stream every gen out as token events
             return self.run.submit(req, self, on_text=token_emitter(self, req))
         return self.run.submit(req, self)
 
@@ -152,7 +152,7 @@ class Context:
         calls[(self.step, self.branch)] = index + 1
         name = getattr(program, "name", None) or getattr(program, "__name__", None) or type(program).__name__
         salt = call_salt(run.salt, self.step, self.branch, index, str(name))
-        result = await run.runtime._run(program, inputs, parent=run, salt=salt)
+        result = await run.runtime.run_program(program, inputs, parent=run, salt=salt)
         if result.error is not None and not isinstance(result.error, asyncio.CancelledError):
             raise result.error
         return result

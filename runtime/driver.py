@@ -29,6 +29,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 from certa.runtime.errors import CertaindexRangeError, StepLimitError
+from certa.runtime.policy import ExitReason
 from certa.runtime.program import Program
 from certa.runtime.types import CertaindexPoint
 
@@ -37,7 +38,7 @@ __all__ = ["drive", "record_certaindex", "run_unsuspended"]
 
 async def drive(program: Program, ctx: Any, *,
                 on_certaindex: Callable[[CertaindexPoint], None] | None = None,
-                max_steps: int | None = None, on_step: Callable[[], None] | None = None) -> str:
+                max_steps: int | None = None, on_step: Callable[[], None] | None = None) -> ExitReason:
     """Run ``program`` on ``ctx`` until it exits; returns the exit reason.
 
     ``on_certaindex(point)`` is called after each step that measured a certaindex, once the

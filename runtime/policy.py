@@ -1,35 +1,98 @@
-"""Stopping policies: read a Program between steps and say continue or stop.
+"""How a program stops: the stopping policies, their exit reasons, budgets and field units.
+
+This module is the one home of "how a program stops"; the driver, ``Result``, the server, the
+CLI, trace replay and the simulator read it:
+
+- **exit reasons**: :data:`StopReason` is what a policy's :class:`Decision` says;
+  :data:`ExitReason` adds how else a run ends (its knob cap, on its own, an error, a cancel, an
+  interrupt, the server's time limit). :data:`EXIT_REASONS` says what each means;
+  :func:`saves_tokens` which of them count tokens saved, :func:`finish_reason` OpenAI's word for it.
+- **budgets**: :class:`Even` (knob units) and :class:`Length` (decode tokens) are baselines;
+  :class:`TokenBudget` puts a ``Length`` budget on top of any policy (a request's
+  ``max_tokens``, ``certa serve --max-tokens``).
+- **field units**: each policy declares what its ``to_dict`` fields count in :attr:`Policy.fields`
+  (knob units, decode tokens, a fraction in [0, 1]), so a server can bound a request's policy
+  without a table of its own.
 
 Built-ins here are the paper's threshold rule (checked when the knob reaches its detection
 step), :class:`Watch` (the same rule checked after every finished branch) and the two
 baselines; ``certa.algorithms`` adds Pareto curves and the published SC stopping rules on the
-same interface. Every policy prints as its parameters (``repr``, what ``draw()`` shows).
+same interface, and lists every built-in kind in one table,
+``certa.algorithms.policies.STOPPING_POLICIES``. Every policy prints as its parameters
+(``repr``, what ``draw()`` shows).
 
 Example:
     >>> p = Threshold(0.6, detect_at=4)
-    >>> p.requires_certaindex
-    True
+    >>> p.requires_certaindex, p.fields["detect_at"], saves_tokens("certaindex"), finish_reason("length")
+    (True, 'knob', True, 'length')
     >>> Even(8).to_dict(), Watch(0.8, detect_at=2)
     ({'kind': 'even', 'cap': 8}, Watch(tau=0.8, detect_at=2, min_samples=1))
+    >>> TokenBudget(Threshold(0.6), max_tokens=4000)
+    TokenBudget(Threshold(tau=0.6, detect_at=1, every=None), max_tokens=4000)
 """
 
 from __future__ import annotations
 
 import abc
+import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from certa.runtime.errors import ConfigError
-from certa.runtime.registry import Registry
 
 if TYPE_CHECKING:  # pragma: no cover
     from certa.runtime.program import Program
+    from certa.runtime.registry import Registry
+
+StopReason = Literal["certaindex", "budget", "length", "esc", "adaptive_consistency", "margin"]
+"""What a policy's :class:`Decision` to stop says: ``certaindex`` (a certaindex rule),
+``budget`` (:class:`Even`), ``length`` (a token budget), or the answer rule that stopped it."""
+
+ExitReason = Literal["certaindex", "budget", "length", "esc", "adaptive_consistency", "margin",
+                     "cap", "done", "error", "cancelled", "interrupted", "time_limit"]
+"""How a run ended (``Result.exit_reason``): a :data:`StopReason`, or one of the others."""
+
+EXIT_REASONS: dict[str, str] = {
+    "certaindex": "the policy stopped it early on certaindex",
+    "budget": "the even baseline's fixed knob budget was spent",
+    "length": "its decode-token budget was spent (Length, a request's max_tokens)",
+    "esc": "ESC: a whole window of answers agreed",
+    "adaptive_consistency": "Adaptive-Consistency: the leading answer is likely enough to stay ahead",
+    "margin": "the leading answer is `margin` votes ahead",
+    "cap": "the knob cap was reached",
+    "done": "it finished on its own",
+    "error": "it failed (Result.error)",
+    "cancelled": "it was cancelled",
+    "interrupted": "it paused at an interrupt (a checkpointed thread)",
+    "time_limit": "it ran past the server's time limit and was aborted",
+}
+"""Every :data:`ExitReason` and what it means (checked against the Literal by the tests)."""
+
+_NOT_EARLY = frozenset({"cap", "done", "error", "interrupted"})
+
+FieldUnit = Literal["knob", "tokens", "fraction"]
+"""What a policy field counts: knob units (bounded by a server's ``--max-knob``), decode tokens
+(``--max-tokens``), or a fraction in [0, 1]."""
+
+
+def saves_tokens(reason: str) -> bool:
+    """Whether a run that ended with ``reason`` may have saved tokens against its cap (a policy
+    stopped it: not ``cap``, ``done``, ``error`` nor ``interrupted``)."""
+    return reason not in _NOT_EARLY
+
+
+def finish_reason(reason: str) -> Literal["stop", "length"]:
+    """OpenAI's ``finish_reason`` for an exit reason: ``length`` when a token budget ended it."""
+    return "length" if reason == "length" else "stop"
 
 
 @dataclass(frozen=True, slots=True)
 class Decision:
+    """A policy's verdict: continue, or stop with a :data:`StopReason`."""
+
     stop: bool
-    reason: str = ""
+    reason: StopReason | Literal[""] = ""
 
 
 CONTINUE = Decision(False)
@@ -50,6 +113,8 @@ class Policy(abc.ABC):
 
     kind: ClassVar[str] = "policy"
     requires_certaindex: ClassVar[bool] = False
+    fields: ClassVar[Mapping[str, FieldUnit]] = {}
+    """What the ``to_dict`` fields count (a field not named here is neither bounded nor checked)."""
 
     @abc.abstractmethod
     def decide(self, program: "Program") -> Decision:
@@ -85,12 +150,21 @@ class Policy(abc.ABC):
     def from_dict(data: dict[str, Any], kinds: "Registry[Policy] | None" = None) -> "Policy":
         """Rebuild a policy from ``to_dict`` output (e.g. a calibrated ``policy.json``).
 
-        ``data["kind"]`` is looked up in ``kinds``: by default the runtime's own
-        :data:`POLICY_KINDS` (threshold, even, length); every built-in kind is in
-        ``certa.algorithms.policies.STOPPING_POLICIES`` (``policy_from_dict`` there uses it).
+        ``data["kind"]`` is looked up in ``kinds``: ``certa.algorithms.policies.STOPPING_POLICIES``,
+        the one table of every built-in kind, which ``policy_from_dict`` there (and
+        ``ct.policy_from_dict``) passes. Without ``kinds`` only this module's kinds resolve
+        (threshold, watch, even, length), with a ``DeprecationWarning``.
         """
         kind = data.get("kind")
-        cls = (POLICY_KINDS if kinds is None else kinds).get(kind)
+        if kinds is None:
+            warnings.warn("Policy.from_dict without kinds= knows only the runtime's threshold, watch, even and "
+                          "length; use ct.policy_from_dict", DeprecationWarning, stacklevel=2)
+            own = {c.kind: c for c in (Threshold, Watch, Even, Length)}
+            if kind not in own:
+                raise ConfigError(f"unknown policy kind {kind!r}", hint="ct.policy_from_dict knows every kind")
+            cls = own[kind]
+        else:
+            cls = kinds.get(kind)
         args = {k: v for k, v in data.items() if k != "kind"}
         try:
             return cls(**args)
@@ -127,6 +201,7 @@ class Threshold(Policy):
 
     kind = "threshold"
     requires_certaindex = True
+    fields = {"tau": "fraction", "detect_at": "knob", "every": "knob", "min_samples": "knob"}
 
     def __init__(self, tau: float | dict[str, float], detect_at: int = 1, every: int | None = None,
                  min_samples: int = 1) -> None:
@@ -234,7 +309,7 @@ class _Budget(Policy):
     Subclasses name the budget's argument (``arg``), the exit ``reason`` and what counts."""
 
     arg: ClassVar[str]
-    reason: ClassVar[str]
+    reason: ClassVar[StopReason]
 
     def __init__(self, budget: int) -> None:
         if not is_count(budget):
@@ -262,6 +337,7 @@ class Even(_Budget):
     """Baseline: a fixed budget of ``cap`` knob units for every program."""
 
     kind, arg, reason = "even", "cap", "budget"
+    fields = {"cap": "knob"}
 
     def __init__(self, cap: int) -> None:
         super().__init__(cap)
@@ -277,6 +353,7 @@ class Length(_Budget):
     """Baseline: stop once the program has used ``max_tokens`` decode tokens (all kinds)."""
 
     kind, arg, reason = "length", "max_tokens", "length"
+    fields = {"max_tokens": "tokens"}
 
     def __init__(self, max_tokens: int) -> None:
         super().__init__(max_tokens)
@@ -285,11 +362,36 @@ class Length(_Budget):
         return program.tokens.total
 
 
-POLICY_KINDS: Registry[Policy] = Registry("policy kind")
-"""The runtime's stopping policies by ``kind`` (what ``to_dict`` writes); see ``Policy.from_dict``."""
-POLICY_KINDS.register(Threshold.kind, Threshold, help="stop once certaindex >= tau at the detection step "
-                      "(and every `every` knob units after)")
-POLICY_KINDS.register(Even.kind, Even, help="baseline: a fixed knob budget for every program")
-POLICY_KINDS.register(Length.kind, Length, help="baseline: stop at a decode-token budget")
-POLICY_KINDS.register(Watch.kind, Watch, help="stop once certaindex >= tau after any finished branch (from "
-                      "detect_at knob units on)")
+class TokenBudget(Policy):
+    """``inner`` (or no policy) under a decode-token budget: :class:`Length`'s rule first (stop,
+    reason ``length``, once the program's decode tokens reach ``max_tokens``), else ``inner``
+    decides. What a request's ``max_tokens`` puts on a served program."""
+
+    def __init__(self, inner: Policy | None, max_tokens: int) -> None:
+        self.inner, self.length = inner, Length(max_tokens)
+
+    @property
+    def max_tokens(self) -> int:
+        return self.length.max_tokens
+
+    def decide(self, program: "Program") -> Decision:
+        stop = self.length.decide(program)
+        if stop.stop:
+            return stop
+        return self.inner.decide(program) if self.inner is not None else CONTINUE
+
+    def budget_cap(self, program: "Program") -> int | None:
+        return self.inner.budget_cap(program) if self.inner is not None else program.knob_cap
+
+    def validate(self, program: "Program") -> None:
+        if self.inner is not None:
+            self.inner.validate(program)
+
+    def expected_remaining(self, program: "Program") -> float:
+        if self.inner is not None:
+            return self.inner.expected_remaining(program)
+        return super().expected_remaining(program)
+
+    def __repr__(self) -> str:
+        return f"TokenBudget({self.inner!r}, max_tokens={self.max_tokens})"
+

@@ -70,7 +70,7 @@ class ProgramRun:
         listening = events.may_listen and events.active  # read once: a request's sent/done events come in pairs
         if listening:
             events.emit("request_sent", self.program.program_id, ctx.step, ctx.branch, rid=rid, token_kind=kind)
-        deadlines = self.runtime._deadlines  # RuntimeLimits.request_timeout, as in timed(), without its frame
+        deadlines = self.runtime.deadlines  # RuntimeLimits.request_timeout, as in timed(), without its frame
         deadline = deadlines.enter(self.runtime.limits.request_timeout)
         try:
             try:
@@ -97,7 +97,7 @@ class ProgramRun:
     def timed(self, work: Awaitable[T], rid: str, ctx) -> Awaitable[T]:
         """``work`` bounded by ``RuntimeLimits.request_timeout``: every backend request awaits
         through here (``guard``, opening a sequence); past it, RequestTimeoutError (CT208)."""
-        return self.runtime._deadlines.bound(work, self.runtime.limits.request_timeout,
+        return self.runtime.deadlines.bound(work, self.runtime.limits.request_timeout,
                                              lambda: self._timeout_error(rid, ctx))
 
     def _timeout_error(self, rid: str, ctx) -> RequestTimeoutError:

@@ -6,6 +6,9 @@ heavy backend costs nothing until asked for) and a one-line help text that CLI h
 ``certa serve`` listings are generated from. The module that owns a table fills it with
 explicit :meth:`Registry.register` calls; importing some other module never adds names to
 it. An unknown name raises a :class:`~certa.runtime.errors.ConfigError` listing the choices.
+Everything else about an entry travels with it as keyword metadata (:meth:`Registry.meta`):
+which CLI options a backend takes, a scheduling policy's colour in plots, ... so registering a
+name is one entry in one place.
 
 =====================  ============================================================
 table                  owner
@@ -13,18 +16,18 @@ table                  owner
 programs               ``certa.algorithms.programs.library.PROGRAMS``
 backends               ``certa.runtime.backends.registry.BACKENDS``
 scheduling policies    ``certa.runtime.scheduling.policies.POLICIES``
-stopping policies      ``certa.runtime.policy.POLICY_KINDS`` (runtime's) and
-                       ``certa.algorithms.policies.STOPPING_POLICIES`` (all)
+stopping policies      ``certa.algorithms.policies.STOPPING_POLICIES`` (every kind, the
+                       runtime's own included)
 CoT certaindex         ``certa.algorithms.signals.COT_SIGNALS`` (the multi-path signals are
 signals                plain functions a program calls, never named in a config)
 =====================  ============================================================
 
 Example:
     >>> colors = Registry("color")
-    >>> colors.register("red", lambda shade=1.0: f"red x{shade}", help="pure red")
+    >>> colors.register("red", lambda shade=1.0: f"red x{shade}", help="pure red", hex="#ff0000")
     >>> colors.register("blue", "colorsys:rgb_to_hsv", help="imported when first asked for")
-    >>> colors.make("red", shade=0.5), colors.names(), colors.help("red")
-    ('red x0.5', ['red', 'blue'], 'pure red')
+    >>> colors.make("red", shade=0.5), colors.names(), colors.help("red"), colors.meta("red", "hex")
+    ('red x0.5', ['red', 'blue'], 'pure red', '#ff0000')
     >>> "blue" in colors, colors.get("blue").__name__
     (True, 'rgb_to_hsv')
     >>> colors.get("green")
@@ -42,8 +45,8 @@ from __future__ import annotations
 import difflib
 import importlib
 import inspect
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from certa.runtime.errors import ConfigError
@@ -69,12 +72,14 @@ def did_you_mean(name: object, options: list[str]) -> str | None:
 
 @dataclass(frozen=True)
 class Entry(Generic[T]):
-    """One registered name: its factory (or ``"module:attr"``), help line and install hint."""
+    """One registered name: its factory (or ``"module:attr"``), help line, install hint and
+    whatever else its table records about it (``meta``)."""
 
     name: str
     target: Callable[..., T] | str
     help: str = ""
     install: str | None = None  # how to get a lazy target's module when importing it fails
+    meta: Mapping[str, Any] = field(default_factory=dict)
 
 
 class Registry(Generic[T]):
@@ -82,22 +87,19 @@ class Registry(Generic[T]):
 
     Args:
         kind: what the names are, for messages ("backend", "scheduling policy", ...).
-        include: registries whose entries this one starts with (e.g. the runtime's stopping
-            policies inside the algorithms' table), copied at construction.
     """
 
-    def __init__(self, kind: str, *, include: tuple[Registry[T], ...] = ()) -> None:
+    def __init__(self, kind: str) -> None:
         self.kind = kind
         self._entries: dict[str, Entry[T]] = {}
-        for other in include:
-            self._entries.update(other._entries)
 
     def register(self, name: str, target: Callable[..., T] | str, *, help: str = "",
-                 install: str | None = None) -> None:
+                 install: str | None = None, **meta: Any) -> None:
         """Add ``name``. ``target``: a factory, or ``"module:attr"`` imported on first use.
 
         ``help`` defaults to the first paragraph of the factory's docstring, on one line (give
-        it explicitly for lazy targets: listing names must not import them).
+        it explicitly for lazy targets: listing names must not import them). ``meta``: anything
+        else the table keeps about the entry (read with :meth:`meta`).
         """
         if name in self._entries:
             raise ConfigError(f"{self.kind} {name!r} is registered twice")
@@ -105,7 +107,7 @@ class Registry(Generic[T]):
             raise ConfigError(f"{self.kind} {name!r}: a lazy target is 'module:attr', got {target!r}")
         if not help and not isinstance(target, str):
             help = " ".join((inspect.getdoc(target) or "").split("\n\n")[0].split())
-        self._entries[name] = Entry(name, target, help, install)
+        self._entries[name] = Entry(name, target, help, install, dict(meta))
 
     # ---- lookup ---------------------------------------------------------------------
     def entry(self, name: str) -> Entry[T]:
@@ -135,6 +137,10 @@ class Registry(Generic[T]):
     def help(self, name: str) -> str:
         """The one-line help of ``name``."""
         return self.entry(name).help
+
+    def meta(self, name: str, key: str, default: Any = None) -> Any:
+        """What the table recorded as ``key`` about ``name`` (``default`` when nothing)."""
+        return self.entry(name).meta.get(key, default)
 
     def names(self) -> list[str]:
         """Registered names, in registration order."""

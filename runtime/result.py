@@ -6,9 +6,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from certa.runtime.errors import CertaError, StepFailedError
+from certa.runtime.policy import ExitReason, saves_tokens
 from certa.runtime.types import CertaindexPoint, TokenUsage
 
 if TYPE_CHECKING:  # pragma: no cover
+    from certa.runtime.program import Program
     from certa.runtime.program_run import ProgramRun
 
 
@@ -16,9 +18,10 @@ if TYPE_CHECKING:  # pragma: no cover
 class Result:
     """What ``Runtime.run`` returns.
 
-    ``exit_reason`` is one of ``certaindex`` (the policy stopped it early), ``cap`` (knob cap
-    reached), ``budget``/``length`` (baseline policies), ``done`` (finished on its own),
-    ``error`` or ``cancelled``. ``tokens_saved`` estimates decode tokens not spent compared
+    ``exit_reason`` is an :data:`~certa.runtime.policy.ExitReason`: ``certaindex`` (the policy
+    stopped it early), ``cap`` (knob cap reached), ``budget``/``length`` (baseline policies),
+    ``done`` (finished on its own), ``error``, ... (``certa.runtime.policy.EXIT_REASONS`` says
+    what each means). ``tokens_saved`` estimates decode tokens not spent compared
     with running to the knob cap (0 unless it exited early). ``cancelled``: the ``(step,
     branch)`` pairs still running when the program exited, which the exit cancelled (an early
     exit's, usually); ``aborted``: the rids of the backend requests the runtime aborted — theirs
@@ -33,12 +36,25 @@ class Result:
     tokens: TokenUsage = field(default_factory=TokenUsage)
     knob_used: int = 0
     knob_cap: int | None = None
-    exit_reason: str = "done"
+    exit_reason: ExitReason = "done"
     tokens_saved: int = 0
     wall_s: float = 0.0
     error: BaseException | None = None
     cancelled: list[tuple[str, int]] = field(default_factory=list)
     aborted: list[str] = field(default_factory=list)
+
+    @classmethod
+    def refused(cls, name: str, program_id: str, error: BaseException) -> Result:
+        """A run that failed before its program started (bad inputs, a bad thread): no answer."""
+        return cls(program_id=program_id, name=name, answer=None, state=None, exit_reason="error", error=error)
+
+    @classmethod
+    def unfinished(cls, program: Program, reason: ExitReason, error: BaseException | None, wall_s: float) -> Result:
+        """A run stopped from outside its loop (a server's time limit): its tokens and knob so far,
+        no answer, nothing saved."""
+        return cls(program_id=program.program_id, name=program.display_name, answer=None, state=None,
+                   tokens=program.tokens, knob_used=program.knob_value, knob_cap=program.knob_cap,
+                   exit_reason=reason, wall_s=wall_s, error=error)
 
     @property
     def ok(self) -> bool:
@@ -73,14 +89,14 @@ def jsonable(x: Any) -> Any:
     return str(x)
 
 
-def result_of(run: "ProgramRun", reason: str, error: BaseException | None, wall: float) -> Result:
+def result_of(run: "ProgramRun", reason: ExitReason, error: BaseException | None, wall: float) -> Result:
     """The :class:`Result` of ``run``, which exited with ``reason`` (and ``error``) after ``wall``
     seconds: tokens saved against running to the cap, and the answer (an ``answer()`` that raises
     is the run's error when it has none)."""
     prog = run.program
     saved = 0
     cap = prog.policy.budget_cap(prog) if prog.policy else prog.knob_cap
-    if reason not in ("cap", "done", "error", "interrupted") and cap and prog.knob_value < cap:
+    if saves_tokens(reason) and cap and prog.knob_value < cap:
         if prog.knob.unit == "tokens":
             saved = cap - prog.knob_value
         else:

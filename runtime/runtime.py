@@ -34,6 +34,7 @@ from certa.runtime.errors import CallDepthError, CertaError, ConfigError, StepFa
 from certa.runtime.events import EventBus
 from certa.runtime.program import Program, instantiate
 from certa.runtime.limits import RetryPolicy, RuntimeLimits
+from certa.runtime.policy import ExitReason
 from certa.runtime.program_run import ProgramRun
 from certa.runtime.result import Result, result_of
 from certa.runtime.scheduling.scheduler import Scheduler
@@ -51,7 +52,8 @@ class Runtime:
     """Runs programs on one backend with one scheduler.
 
     Args:
-        backend: a :class:`Backend` or a name (``"scripted"``, ``"llamacpp"``, ``"openai"``, ``"sglang"``).
+        backend: a :class:`Backend` or a registered name (``"llamacpp"``, ``"scripted"``, ...; ``"auto"``:
+            the installed engine, logged). Required: ``Runtime()`` refuses with a hint, never a fake.
         scheduler: a :class:`Scheduler` (default FCFS with no admission limits).
         limits: input limits; ``retry``: retry policy for retryable backend errors.
         checkpointer: where ``run(..., thread_id=...)`` saves a checkpoint per step (a
@@ -59,10 +61,10 @@ class Runtime:
             :class:`~certa.runtime.checkpoint_sqlite.SqliteCheckpointer`); see :meth:`run`.
     """
 
-    def __init__(self, backend: Backend | str = "scripted", *, scheduler: Scheduler | None = None,
+    def __init__(self, backend: Backend | str | None = None, *, scheduler: Scheduler | None = None,
                  limits: RuntimeLimits | None = None, retry: RetryPolicy | None = None, seed: int = 0,
                  checkpointer: Checkpointer | None = None, **backend_options: Any) -> None:
-        if isinstance(backend, str):
+        if backend is None or isinstance(backend, str):  # None: refused with a hint, never a silent fake
             from certa.runtime.backends.registry import make_backend
             backend = make_backend(backend, **backend_options)
         elif backend_options:
@@ -79,7 +81,7 @@ class Runtime:
         self._ids = itertools.count()
         self._active: dict[str, ProgramRun] = {}
         self._closing: set[str] = set()  # programs being cancelled: their subtrees start nothing new
-        self._deadlines = Deadlines()  # RuntimeLimits.request_timeout, one watchdog for all requests
+        self.deadlines = Deadlines()  # RuntimeLimits.request_timeout, one watchdog for all requests
         self.checkpointer = checkpointer
         self._thread_programs: dict[str, Any] = {}  # thread id -> the program last run on it (update_state)
 
@@ -113,28 +115,28 @@ class Runtime:
         editing its state first (``update=``). See docs/concepts.md "Checkpoints and interrupts".
         """
         if thread_id is None and not interrupt_before and not interrupt_after and command is None:
-            result = await self._run(program, inputs, parent=None)  # the plain run: one frame fewer than _start
+            result = await self.run_program(program, inputs, parent=None)  # plain: one frame fewer than run_root
         else:
-            result = await self._start(program, inputs, thread_id, interrupt_before, interrupt_after, command)
+            result = await self.run_root(program, inputs, thread_id, interrupt_before, interrupt_after, command)
         if result.error is not None and not return_errors:
             raise result.error from result.error.__cause__
         return result
 
-    async def _start(self, program: Any, inputs: dict[str, Any], thread_id: str | None = None,
+    async def run_root(self, program: Any, inputs: dict[str, Any], thread_id: str | None = None,
                      before: Sequence[str] | None = None, after: Sequence[str] | None = None,
                      command: Command | None = None) -> Result:
-        """A root program's run (``run``, ``stream``): on its thread when it has one; errors on the Result."""
+        """A root program's run (``run``, ``stream``): on its thread when it has one. Never raises
+        the program's error: it is on the Result (``run`` raises it unless ``return_errors``)."""
         if thread_id is None and not before and not after and command is None:
-            return await self._run(program, inputs, parent=None)
+            return await self.run_program(program, inputs, parent=None)
         try:
             thread = ThreadRun(self, thread_id, before, after, command).__enter__()
         except CertaError as exc:  # no checkpointer, a bad thread id or command, the thread already running
             name = getattr(program, "name", None) or getattr(program, "__name__", type(program).__name__)
-            return Result(program_id=f"{name}@{thread_id}", name=name, answer=None, state=None,
-                          exit_reason="error", error=exc)
+            return Result.refused(name, f"{name}@{thread_id}", exc)
         try:
             self._thread_programs[thread_id] = program  # type: ignore[index]
-            return await self._run(program, inputs, parent=None, thread=thread)
+            return await self.run_program(program, inputs, parent=None, thread=thread)
         finally:
             thread.__exit__()
 
@@ -143,14 +145,15 @@ class Runtime:
         raise here, in the parent's step."""
         self._check_call(parent)
         prog = instantiate(program, inputs)
-        child = Child(prog, lambda pacer: self._run(prog, {}, parent=parent, pacer=pacer))
+        child = Child(prog, lambda pacer: self.run_program(prog, {}, parent=parent, pacer=pacer))
         parent.children.append(child)
         return child
 
-    async def _run(self, program: Any, inputs: dict[str, Any], *, parent: ProgramRun | None,
+    async def run_program(self, program: Any, inputs: dict[str, Any], *, parent: ProgramRun | None,
                    thread: ThreadRun | None = None, salt: int | None = None,
                    pacer: Pacer | None = None) -> Result:
-        """Run a program; with ``parent`` as that program's sub-program (``Context.call``; ``salt``
+        """Every run goes through here, and its errors are on the Result. With ``parent``: a
+        sub-program (``Context.call``; ``salt``
         salts its seeds, :mod:`certa.runtime.seeds`; ``Context.spawn``: ``pacer`` steps it); with
         ``thread`` restored from and checkpointed to its thread."""
         if parent is not None:
@@ -162,7 +165,7 @@ class Runtime:
         except CertaError as exc:  # bad inputs fail this program only, like any other error
             name = getattr(program, "name", None) or getattr(program, "__name__", type(program).__name__)
             exc.program = exc.program or f"{name}-{next(self._ids)}"
-            return Result(program_id=exc.program, name=name, answer=None, state=None, exit_reason="error", error=exc)
+            return Result.refused(name, exc.program, exc)
         base = prog.display_name
         # a sub-program's id is its root's id and its own (ids stay short at any depth; the counter keeps them unique)
         prog.program_id = f"{_root(parent).program.program_id}/{base}-{next(self._ids)}" if parent \
@@ -172,7 +175,8 @@ class Runtime:
         self.scheduler.register(run.info, as_id=prog.program_id)
         self.events.emit("program_start", prog.program_id, name=base, knob_cap=prog.knob_cap)
         t0 = time.perf_counter()
-        reason, error = "done", None
+        reason: ExitReason = "done"
+        error: CertaError | None = None
         try:
             reason = await self._drive(run, thread)
         except asyncio.CancelledError:
@@ -312,7 +316,7 @@ class Runtime:
                                  hint="a step that ctx.calls its own graph needs a base case; or raise "
                                       "RuntimeLimits.max_call_depth")
 
-    async def _drive(self, run: ProgramRun, thread: ThreadRun | None = None) -> str:
+    async def _drive(self, run: ProgramRun, thread: ThreadRun | None = None) -> ExitReason:
         """The one driving loop (:func:`~certa.runtime.driver.drive`) plus the runtime's bookkeeping;
         a thread's run saves a checkpoint per step and its exit (a finished thread does not run)."""
         if thread is not None and thread.finished:

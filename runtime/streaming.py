@@ -24,17 +24,17 @@ consumer task cancelled while it waits cancels the program too.
 Example:
     >>> import asyncio
     >>> from certa.runtime import Runtime, Program, Knob
-    >>> class Echo(Program):
-    ...     knob = Knob("iterations", cap=1)
-    ...     def __init__(self, q): super().__init__(); self.state = {"q": q, "answer": None}
+    >>> class Twice(Program):  # asks the same question twice; its answer is both replies
+    ...     knob = Knob("iterations", cap=2)
+    ...     def __init__(self, q): super().__init__(); self.state = {"q": q, "answer": ""}
     ...     async def execute(self, ctx):
-    ...         self.state["answer"] = (await ctx.gen(self.state["q"])).text; self.knob_used += 1
-    ...         return False
+    ...         self.state["answer"] += (await ctx.gen(self.state["q"])).text
+    ...         self.knob_used += 1
+    ...         return self.knob_used < 2
     >>> async def main():
-    ...     rt = Runtime(backend="scripted")
-    ...     async with rt.stream(Echo, mode="tokens", q="hi") as s:
+    ...     async with Runtime(backend="scripted").stream(Twice, mode="tokens", q="hi") as s:
     ...         text = "".join([c.text async for c in s])
-    ...     return text == s.result.answer
+    ...     return text == s.result.answer != ""
     >>> asyncio.run(main())
     True
 """
@@ -159,7 +159,7 @@ async def _drive(runtime: "Runtime", program: Any, inputs: dict[str, Any], sink:
         want_tokens()
     if "values" in sink.modes:
         _VALUES.set(True)
-    return await runtime._start(program, inputs, **thread)
+    return await runtime.run_root(program, inputs, **thread)
 
 
 class ProgramStream:

@@ -41,7 +41,7 @@ Example:
     ...         self.knob_used = 1
     ...         return False
     >>> p = Parent()
-    >>> r = ct.Runtime().run_sync(p)
+    >>> r = ct.Runtime("scripted").run_sync(p)
     >>> p.seen
     [(1, 0.2), (2, 0.4), (3, 0.6), (4, 0.8)]
 """

@@ -78,7 +78,7 @@ class ThreadRun:
 
     # ---- claiming a thread: one run at a time in this process ------------------------
     def __enter__(self) -> "ThreadRun":
-        running = _running(self.saver)
+        running = self.saver.running
         if self.thread_id in running:
             raise CheckpointError(f"thread {self.thread_id!r} is already running",
                                   hint="wait for its run to end, or use another thread_id")
@@ -86,7 +86,7 @@ class ThreadRun:
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        _running(self.saver).discard(self.thread_id)
+        self.saver.running.discard(self.thread_id)
 
     @property
     def finished(self) -> bool:
@@ -223,13 +223,6 @@ def _check_hooks(prog: Program, thread_id: str) -> None:
                           f"it has no {', '.join(missing)}", hint="compiled graphs (certa.Graph) support checkpoints")
 
 
-def _running(saver: Checkpointer) -> set[str]:
-    running = getattr(saver, "_certa_running", None)
-    if running is None:
-        running = saver._certa_running = set()  # type: ignore[attr-defined]
-    return running
-
-
 # ---- Runtime.update_state / state_history ----------------------------------------------
 def update_state(runtime: "Runtime", thread_id: str, values: dict[str, Any], program: Any,
                  overwrite: bool) -> Checkpoint:
@@ -237,7 +230,7 @@ def update_state(runtime: "Runtime", thread_id: str, values: dict[str, Any], pro
     saver = runtime.checkpointer
     if saver is None:
         raise ConfigError("update_state needs a checkpointer", hint="Runtime(..., checkpointer=...)")
-    if thread_id in _running(saver):
+    if thread_id in saver.running:
         raise CheckpointError(f"thread {thread_id!r} is running; update its state once it is interrupted")
     latest = saver.latest(thread_id)
     if latest is None:

@@ -176,7 +176,7 @@ def test_runtime_construction_errors_are_clear():
 ])
 def test_policy_from_dict_errors(data, match):
     with pytest.raises(ConfigError, match=match):
-        ct.Policy.from_dict(data)
+        ct.policy_from_dict(data)
 
 
 # ---- CLI options and files: one coded error line, exit 2, no traceback ------------------

@@ -59,7 +59,7 @@ def test_hand_computed_figures(files):
 def test_cli_scores_policy_files_and_presets(files):
     out = files / "fixed.json"
     res = runner.invoke(app, ["bench", "tokens", "--program", "sc", "--traces", str(TINY), "--policy",
-                              str(files / "vote.json"), "--preset", "sc-default", "--preset", "esc",
+                              str(files / "vote.json"), "--shipped", "sc-default", "--preset", "esc",
                               "--json", str(out), "--reps", "100"])
     assert res.exit_code == 0, res.output
     report = json.loads(out.read_text())
@@ -83,7 +83,7 @@ def test_reserved_rows_need_final_which_says_so(files):
 
 def test_unknown_preset_and_cot_are_refused(files):
     base = ["bench", "tokens", "--traces", str(TINY), "--json", str(files / "x.json")]
-    res = runner.invoke(app, base + ["--program", "sc", "--preset", "nope"])
+    res = runner.invoke(app, base + ["--program", "sc", "--shipped", "nope"])
     assert res.exit_code == 2 and "sc-default" in res.output
     res = runner.invoke(app, base + ["--program", "cot", "--preset", "sc-default"])
     assert res.exit_code == 2 and "fixed SC policies" in res.output

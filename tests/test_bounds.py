@@ -28,7 +28,7 @@ def mixed_workload(policy: SchedulingPolicy, seed: int) -> list[str]:
     """A seeded mix of arrivals, fan-outs, releases, cancels, estimate updates and finishes;
     returns every admission (rid) in order."""
     rng, clock = random.Random(seed), Clock()
-    s = Scheduler(policy, AdmissionLimits(max_requests=6, max_tokens=900), clock=clock)
+    s = Scheduler(policy, AdmissionLimits(max_requests=6, inflight_tokens=900), clock=clock)
     infos: dict[str, ProgramInfo] = {}
     waiting, running, trace = [], [], []
     for tick in range(400):
@@ -295,4 +295,4 @@ def test_the_timeout_holds_across_event_loops():
         with pytest.raises(RequestTimeoutError):   # raised by default
             rt.run_sync(one_gen())
         assert time.perf_counter() - t0 < 2
-    assert rt._deadlines.live == 0
+    assert rt.deadlines.live == 0

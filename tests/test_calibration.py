@@ -13,7 +13,8 @@ import certa.eval.calibration as calibration
 from certa.eval.calibration import calibrate, calibrate_split, split_problems
 from certa.eval.evalstats import bootstrap_ci, compare, iso_tokens
 from certa.eval.replay_eval import Replayer, Scores
-from certa.cli import _load_policy, app
+from certa.cli import app
+from certa.cli.run import load_policy
 from certa.eval.errors import DatasetError
 from certa.algorithms.policies import policy_from_dict
 from certa.eval.traces import parse_trace_line
@@ -103,7 +104,7 @@ def test_policy_file_loads_into_certa_run(tiny_problems, tmp_path):
     data = json.loads(out.read_text())
     assert set(data) >= {"policy", "calibration", "heldout", "split"}
     assert set(data["heldout"]["ci95"]) == {"accuracy_delta", "token_ratio", "iso_token_ratio"}
-    pol = _load_policy(str(out))
+    pol = load_policy(str(out))
     assert pol.to_dict() == data["policy"] == policy_from_dict(data["policy"]).to_dict()
     run = runner.invoke(app, ["run", "sc", "--dataset", str(tmp_path / "q.jsonl"), "--backend", "scripted",
                               "--policy", str(out)]) if _dataset(tmp_path) else None

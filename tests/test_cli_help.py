@@ -92,12 +92,12 @@ def test_errors_are_one_line_with_a_hint(argv, capsys):
 
 
 def test_error_locations_in_brackets_are_printed_not_eaten_as_markup(capsys):
-    from certa.cli import _fail
+    from certa.cli.errors import fail
     from certa.dsl.errors import UnknownStepError
 
     with pytest.raises(typer.Exit):
-        _fail(UnknownStepError("edge 'a' -> 'smaple' names unknown step", program="sc", step="smaple",
-                               hint="did you mean 'sample'?"), debug=False)
+        fail(UnknownStepError("edge 'a' -> 'smaple' names unknown step", program="sc", step="smaple",
+                              hint="did you mean 'sample'?"), debug=False)
     err = capsys.readouterr().err
     assert "[program=sc step=smaple]" in err and "hint: did you mean 'sample'?" in err
 

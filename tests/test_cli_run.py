@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 import certa as ct
 from certa.cli import app
-from certa.progress import RunProgress
+from certa.cli.progress import RunProgress
 
 ROOT = pathlib.Path(__file__).parent.parent
 runner = CliRunner()
@@ -81,14 +81,13 @@ def test_default_threads_leave_one_core_free(monkeypatch):
 
 
 def test_run_schedules_with_certas_policy_like_serve(monkeypatch):
-    from certa import cli_choices
+    from certa.runtime.build import make_runtime as real
     made = []
-    real = cli_choices.make_runtime
 
     def spy(*args, **kwargs):
         made.append(real(*args, **kwargs))
         return made[-1]
-    monkeypatch.setattr("certa.cli_run.make_runtime", spy)
+    monkeypatch.setattr("certa.cli.run.make_runtime", spy)
     assert run(SC_FILE, "--limit", "1", "--backend", "scripted").exit_code == 0
     assert run(SC_FILE, "--limit", "1", "--backend", "scripted", "--scheduler", "fcfs").exit_code == 0
     from certa.runtime.scheduling.policies import make_policy
@@ -176,7 +175,7 @@ def test_plain_progress_repeats_the_status_while_quiet():
     assert "… starting backend scripted · 0:0" in buf.getvalue()
 
 
-@pytest.mark.parametrize("module", ["certa.progress", "certa.cli_choices", "certa.runtime.registry"])
+@pytest.mark.parametrize("module", ["certa.cli.progress", "certa.cli.options", "certa.runtime.registry"])
 def test_docstring_examples(module):
     result = doctest.testmod(importlib.import_module(module), optionflags=doctest.ELLIPSIS)
     assert result.attempted > 0 and result.failed == 0

@@ -14,8 +14,8 @@ from certa.algorithms.programs.tree import Node, grow
 
 pytest.importorskip("matplotlib", reason="drawings need matplotlib (pip install 'certa[plot]')")
 
-from certa.drawing import chosen_path, draw_graph, draw_png, draw_svg, draw_tree, graph_layout, tree_layout  # noqa: E402
-from certa.plots import plot_certaindex  # noqa: E402
+from certa.viz.drawing import chosen_path, draw_graph, draw_png, draw_svg, draw_tree, graph_layout, tree_layout  # noqa: E402
+from certa.viz.plots import plot_certaindex  # noqa: E402
 
 PNG = b"\x89PNG\r\n\x1a\n"
 NEVER = ct.Threshold(1.0, detect_at=10_000)
@@ -131,18 +131,18 @@ def test_plot_certaindex_marks_threshold_signals_and_exit(tmp_path):
 def test_module_examples_run():
     import doctest
 
-    import certa.drawing
-    import certa.plots
-    import certa.tree_drawing
+    import certa.viz.drawing
+    import certa.viz.plots
+    import certa.viz.tree_drawing
 
-    for mod in (certa.drawing, certa.plots, certa.tree_drawing):
+    for mod in (certa.viz.drawing, certa.viz.plots, certa.viz.tree_drawing):
         res = doctest.testmod(mod, optionflags=doctest.ELLIPSIS)
         assert res.failed == 0 and res.attempted > 0, mod.__name__
 
 
 def test_tokens_accuracy_and_slo_plots_read_the_reports(tmp_path):
     from certa.eval.bench_tokens import bench_tokens
-    from certa.plots import plot_slo, plot_tokens_accuracy
+    from certa.viz.plots import plot_slo, plot_tokens_accuracy
     from certa.simulation.sweep import SweepSpec, run_sweep
     from certa.simulation.synth import synth_traces
 

@@ -11,7 +11,7 @@ from fractions import Fraction
 
 import pytest
 
-from certa.algorithms.answers import _verify_pool
+from certa.algorithms.answers import verify_pool
 from certa.algorithms.answers.equivalence import cache_clear, grade, math_equal, parse_number, shutdown, warm_up
 
 needs_mv = pytest.mark.skipif(importlib.util.find_spec("math_verify") is None,
@@ -20,7 +20,7 @@ needs_mv = pytest.mark.skipif(importlib.util.find_spec("math_verify") is None,
 
 @pytest.fixture
 def no_math_verify(monkeypatch):
-    monkeypatch.setattr(_verify_pool, "available", lambda: False)
+    monkeypatch.setattr(verify_pool, "available", lambda: False)
     cache_clear()
     yield
     cache_clear()
@@ -59,7 +59,7 @@ def test_parse_number():
 
 
 def test_import_is_lazy():
-    code = ("import sys, certa.algorithms.answers.equivalence as e, certa.algorithms.answers._verify_pool as p; "
+    code = ("import sys, certa.algorithms.answers.equivalence as e, certa.algorithms.answers.verify_pool as p; "
             "assert 'math_verify' not in sys.modules; assert p._pool is None; print('ok')")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == "ok", out.stderr
@@ -118,7 +118,7 @@ def test_shutdown_and_restart():
     cache_clear()
     assert math_equal(r"\sqrt{4}", r"2\cdot 1")
     shutdown()
-    assert _verify_pool._pool is None
+    assert verify_pool._pool is None
     cache_clear()
     assert math_equal(r"\sqrt{9}", r"3\cdot 1")
     shutdown()

@@ -226,6 +226,7 @@ async def test_100_programs_with_10_percent_faults():
 
 # ---- a fault-free wrapper is a conforming backend ------------------------------------
 class TestFaultyBackendWithoutFaults(BackendConformance):
+    backend_name = "faulty"
     long_tokens = 400
 
     @pytest.fixture

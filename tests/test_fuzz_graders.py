@@ -17,13 +17,13 @@ from hypothesis import strategies as st
 
 answers = pytest.importorskip("certa.algorithms.answers")
 equivalence = pytest.importorskip("certa.algorithms.answers.equivalence")
-from certa.algorithms.answers import _verify_pool  # noqa: E402
+from certa.algorithms.answers import verify_pool  # noqa: E402
 
 EXTRACT_BOUND = 1.0  # seconds for one extractor call on <= ~100 KB of text (2 shared cores)
 MAX_CHARS = 60_000  # generated text is cut here (extractors scan only the last MAX_SCAN chars anyway)
 TIMEOUT = 0.3  # math_equal's timeout in these tests
 RESPAWN = 3.0  # a call right after a timeout may also wait for a fresh math-verify worker to start
-needs_mv = pytest.mark.skipif(not _verify_pool.available(), reason="math-verify is not installed")
+needs_mv = pytest.mark.skipif(not verify_pool.available(), reason="math-verify is not installed")
 STATS = {"extract_cases": 0, "extract_max_s": 0.0, "equal_cases": 0, "equal_timeouts": 0, "equal_max_s": 0.0}
 
 
@@ -115,8 +115,8 @@ def test_scaled_towers_stay_within_the_bound(repeat):
 # ---- math_equal: every call returns within its timeout (+ a worker respawn) -------------
 @pytest.fixture(scope="module")
 def warm_pool():
-    if _verify_pool.available():
-        assert _verify_pool.warm_up()
+    if verify_pool.available():
+        assert verify_pool.warm_up()
     yield
     print(f"\nfuzz: {STATS['extract_cases']} extractor cases (max call {STATS['extract_max_s'] * 1e3:.0f} ms); "
           f"{STATS['equal_cases']} math_equal cases, {STATS['equal_timeouts']} hit the {TIMEOUT}s timeout, "
@@ -170,7 +170,7 @@ def test_grade_on_adversarial_outputs_is_bounded(pred, gold, wrap, dataset, warm
 
 def test_math_equal_fast_paths_need_no_worker(monkeypatch):
     """Without math-verify, every call is pure Python and fast, whatever the input."""
-    monkeypatch.setattr(_verify_pool, "available", lambda: False)
+    monkeypatch.setattr(verify_pool, "available", lambda: False)
     equivalence.cache_clear()
     for a, b in HARD_PAIRS:
         out, dt = _timed(equivalence.math_equal, a, b, timeout=TIMEOUT)

@@ -1,4 +1,4 @@
-"""certa.live.LiveTable: rows from the event stream, bounded redraws, HTML/text rendering (no Jupyter needed)."""
+"""certa.viz.live.LiveTable: rows from the event stream, bounded redraws, HTML/text rendering (no Jupyter needed)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 import certa as ct
 from certa.algorithms.programs.library import build
 from certa.algorithms.programs.sc_mcts import sc_mcts_program
-from certa.live import LiveTable, Row, render_html, render_text, summary
+from certa.viz.live import LiveTable, Row, render_html, render_text, summary
 from certa.runtime.events import EventBus
 
 
@@ -184,7 +184,7 @@ def test_auto_mode_outside_jupyter_prints(monkeypatch):
 def test_module_example_runs():
     import doctest
 
-    import certa.live
+    import certa.viz.live
 
-    res = doctest.testmod(certa.live)
+    res = doctest.testmod(certa.viz.live)
     assert res.failed == 0 and res.attempted > 0

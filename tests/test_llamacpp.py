@@ -62,6 +62,7 @@ async def settle(backend, timeout: float = 10.0) -> None:
 
 
 class TestLlamaCpp(BackendConformance):
+    backend_name = "llamacpp"
     long_tokens = 400
 
     @pytest.fixture

@@ -9,7 +9,7 @@ import sys
 import pytest
 from typer.testing import CliRunner
 
-from certa import cli_models
+from certa.cli import models as cli_models
 from certa.runtime import model_source, models
 from certa.runtime.errors import ModelIntegrityError, ModelNotFoundError
 

@@ -86,6 +86,7 @@ def llama_server():
 
 @pytest.mark.model
 class TestOpenAIRealServer(BackendConformance):
+    backend_name = "openai"
     long_tokens = 400
 
     @pytest.fixture

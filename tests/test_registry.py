@@ -15,7 +15,7 @@ from certa.algorithms.programs.library import PROGRAMS
 from certa.algorithms.signals import COT_SIGNALS, signal_from_dict
 from certa.runtime.backends.registry import BACKENDS
 from certa.runtime.errors import ConfigError
-from certa.runtime.policy import POLICY_KINDS, Policy, Threshold
+from certa.runtime.policy import EXIT_REASONS, ExitReason, Policy, StopReason, Threshold
 from certa.runtime.registry import Registry
 from certa.runtime.scheduling.policies import POLICIES
 
@@ -30,7 +30,7 @@ def test_unknown_names_list_the_choices():
         assert err.value.code == "CT300" and f"unknown {table.kind} 'no-such-name'" in str(err.value)
         assert err.value.hint == f"choose one of: {table.choices()}"
     with pytest.raises(ConfigError, match="unknown policy kind"):
-        POLICY_KINDS.get(["unhashable"])  # a JSON list where a kind belongs
+        STOPPING_POLICIES.get(["unhashable"])  # a JSON list where a kind belongs
 
 
 def test_register_refuses_duplicates_and_bad_lazy_targets():
@@ -62,9 +62,28 @@ def test_every_entry_has_help_and_a_target_that_exists():
 def test_stopping_policy_kinds_match_to_dict():
     for kind in STOPPING_POLICIES:
         assert STOPPING_POLICIES.get(kind).kind == kind
-    assert STOPPING_POLICIES.names()[:4] == POLICY_KINDS.names() == ["threshold", "even", "length", "watch"]
+    assert STOPPING_POLICIES.names()[:4] == ["threshold", "even", "length", "watch"]
     assert type(policy_from_dict({"kind": "margin", "margin": 2})).__name__ == "MajorityMargin"
-    assert isinstance(Policy.from_dict({"kind": "threshold", "tau": 0.5}), Threshold)
+    assert isinstance(Policy.from_dict({"kind": "threshold", "tau": 0.5}, STOPPING_POLICIES), Threshold)
+
+
+def test_policy_from_dict_without_the_table_is_deprecated_and_knows_only_the_runtimes_kinds():
+    with pytest.warns(DeprecationWarning, match="ct.policy_from_dict"):
+        assert isinstance(Policy.from_dict({"kind": "threshold", "tau": 0.5}), Threshold)
+    with pytest.warns(DeprecationWarning), pytest.raises(ConfigError, match="unknown policy kind 'esc'"):
+        Policy.from_dict({"kind": "esc"})
+
+
+def test_every_policy_declares_its_fields_units_and_every_exit_reason_is_explained():
+    """One home for how a program stops: a policy's to_dict fields name units the server bounds,
+    each reason a policy gives is an ExitReason, and EXIT_REASONS explains every one."""
+    import typing
+    assert set(EXIT_REASONS) == set(typing.get_args(ExitReason)) >= set(typing.get_args(StopReason))
+    for kind in STOPPING_POLICIES:
+        cls = STOPPING_POLICIES.get(kind)
+        assert set(cls.fields.values()) <= {"knob", "tokens", "fraction"}, kind
+        reason = getattr(cls, "reason", None)
+        assert reason is None or reason in typing.get_args(StopReason), kind
 
 
 def _stdout_of_fresh_python(code: str) -> str:
@@ -73,14 +92,14 @@ def _stdout_of_fresh_python(code: str) -> str:
 
 
 def test_registration_is_explicit_not_an_import_side_effect():
-    """Importing the algorithms (or defining a Policy subclass) adds nothing to the runtime's table."""
-    code = ("from certa.runtime.policy import POLICY_KINDS, Policy\n"
-            "before = POLICY_KINDS.names()\n"
-            "import certa.algorithms.policies, certa.algorithms.programs.library\n"
+    """Importing the rest of the library (or defining a Policy subclass) adds nothing to the table."""
+    code = ("from certa.algorithms.policies import STOPPING_POLICIES\nfrom certa.runtime.policy import Policy\n"
+            "before = STOPPING_POLICIES.names()\n"
+            "import certa.algorithms.programs.library, certa.algorithms.signals, certa.serve\n"
             "class Mine(Policy):\n    kind = 'mine'\n    def decide(self, program): ...\n"
-            "assert POLICY_KINDS.names() == before, POLICY_KINDS.names()\n"
-            "try:\n    Policy.from_dict({'kind': 'esc'})\nexcept Exception as exc:\n    print(type(exc).__name__)\n")
-    assert _stdout_of_fresh_python(code) == "ConfigError"
+            "assert STOPPING_POLICIES.names() == before, STOPPING_POLICIES.names()\n"
+            "print('mine' in STOPPING_POLICIES)\n")
+    assert _stdout_of_fresh_python(code) == "False"
 
 
 def test_listing_programs_imports_no_program():
@@ -105,7 +124,7 @@ def test_cot_signal_kinds_resolve_without_importing_their_module_first():
 def test_cli_model_and_url_options_map_to_the_same_constructor_names_for_every_backend():
     import inspect
 
-    from certa.cli_choices import backend_options
+    from certa.runtime.backends.registry import cli_options as backend_options
     assert backend_options("sglang-http", None, "http://a:1,http://b:2") == {"base_url": ["http://a:1", "http://b:2"]}
     assert backend_options("openai", "ignored", "http://a:1") == {"base_url": "http://a:1"}
     assert backend_options("sglang", "/models/qwen", None) == backend_options("llamacpp", "/models/qwen", None) \

@@ -179,15 +179,15 @@ async def test_certaindex_out_of_range_is_an_error():
 
     g.loop("s1")
     with pytest.raises(CertaindexRangeError) as e:
-        await ct.Runtime().run(g.compile())
+        await ct.Runtime("scripted").run(g.compile())
     assert e.value.code == "CT202" and e.value.step == "broken" and e.value.program.startswith("bad-")
 
 
 async def test_bad_inputs_are_config_errors():
     with pytest.raises(ConfigError) as e:   # a missing input raises by default
-        await ct.Runtime().run(make_sc(), wrong="x")
+        await ct.Runtime("scripted").run(make_sc(), wrong="x")
     assert e.value.code == "CT300" and "question" in str(e.value) and e.value.program.startswith("sc")
-    r = await ct.Runtime().run(make_sc(), wrong="x", return_errors=True)   # the option: a Result
+    r = await ct.Runtime("scripted").run(make_sc(), wrong="x", return_errors=True)   # the option: a Result
     assert r.exit_reason == "error" and r.error.code == "CT300" and "question" in str(r.error)
 
 
@@ -292,7 +292,7 @@ async def test_any_input_name_reaches_the_program_and_subprograms_still_nest():
             self.state["child"] = (await ctx.call(Echo, _parent="x", parent="y")).program_id
             return await super().execute(ctx)
 
-    rt = ct.Runtime()
+    rt = ct.Runtime("scripted")
     assert (await rt.run(Echo, _parent="a", parent="b")).answer == "ab"  # once swallowed by run(_parent=)
     r = await rt.run(Outer)
     assert r.ok and r.state["child"].startswith(r.program_id + "/Echo-")

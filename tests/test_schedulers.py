@@ -160,14 +160,14 @@ def test_aging_lets_a_long_program_finish_under_a_stream_of_short_ones():
 
 
 def run_stream_with_backfill(aging: float, reserve_after: float, horizon: int = 120) -> tuple[int | None, int]:
-    """A long 2-request gang (500 tokens each) under ``max_tokens=1000`` while a short program
+    """A long 2-request gang (500 tokens each) under ``inflight_tokens=1000`` while a short program
     (one 300-token request, running 3 ticks) arrives every tick: the long gang's second request
     never finds 500 free unless later ones stop being backfilled into what frees up.
 
     Returns (tick at which the whole long gang was admitted or None, short requests admitted
     past it while it waited: backfill)."""
     clock = Clock()
-    s = Scheduler(make_policy("certa", aging=aging), AdmissionLimits(max_tokens=1000), clock=clock,
+    s = Scheduler(make_policy("certa", aging=aging), AdmissionLimits(inflight_tokens=1000), clock=clock,
                   reserve_after=reserve_after)
     long = ProgramInfo("long", 0.0, est_remaining_tokens=5000.0)
     s.register(long)
@@ -223,7 +223,7 @@ def test_a_gang_that_does_not_fit_whole_starts_in_the_free_slots():
 
 def test_backfill_fills_what_the_head_cannot_use_until_its_reservation():
     clock = Clock()
-    s = sched("certa", clock, max_tokens=1000)
+    s = sched("certa", clock, inflight_tokens=1000)
     hog = ProgramInfo("hog", 0.0, est_remaining_tokens=1.0)
     head = ProgramInfo("head", 0.0, est_remaining_tokens=10.0)
     small = [ProgramInfo(f"small{i}", 0.0, est_remaining_tokens=500.0) for i in range(3)]
@@ -243,7 +243,7 @@ def test_backfill_fills_what_the_head_cannot_use_until_its_reservation():
 def makespan(reserve_after: float, seed: int = 5) -> int:
     """Ticks to serve a fixed set of gangs of mixed sizes under a token cap (each request: 4 ticks)."""
     rng, clock = random.Random(seed), Clock()
-    s = Scheduler(make_policy("certa", aging=50.0), AdmissionLimits(max_tokens=1200), clock=clock,
+    s = Scheduler(make_policy("certa", aging=50.0), AdmissionLimits(inflight_tokens=1200), clock=clock,
                   reserve_after=reserve_after)
     for i in range(40):
         p = ProgramInfo(f"p{i}", 0.0, est_remaining_tokens=float(rng.randint(1, 50) * 100))
@@ -269,7 +269,7 @@ def test_backfill_uses_idle_capacity():
 
 def test_admission_limits_are_never_exceeded():
     rng = random.Random(7)
-    lim = dict(max_requests=5, max_tokens=400, kv_tokens=900)
+    lim = dict(max_requests=5, inflight_tokens=400, kv_tokens=900)
     s = sched("certa", **lim)
     infos = [ProgramInfo(f"p{i}", float(i), prefix_tokens=rng.choice([0, 50]), est_remaining_tokens=rng.random() * 1e3)
              for i in range(12)]
@@ -284,7 +284,7 @@ def test_admission_limits_are_never_exceeded():
             s.release(running.pop(rng.randrange(len(running))))
         running += s.admit()
         assert s.inflight == len(running) <= lim["max_requests"]
-        assert len(running) <= 1 or sum(t.est_tokens for t in running) <= lim["max_tokens"]
+        assert len(running) <= 1 or sum(t.est_tokens for t in running) <= lim["inflight_tokens"]
         assert len(running) <= 1 or s.kv_in_use <= lim["kv_tokens"]
 
 

@@ -20,6 +20,7 @@ def counting_probe(text: str, suffix: str) -> str:
 
 
 class TestScriptedChunked(BackendConformance):
+    backend_name = "scripted"
     long_tokens = 400
 
     @pytest.fixture
@@ -30,6 +31,7 @@ class TestScriptedChunked(BackendConformance):
 
 
 class TestScriptedNative(BackendConformance):
+    backend_name = "scripted"
     @pytest.fixture
     async def backend(self):
         b = ScriptedBackend(responses=lambda r: COUNTING, token_latency=0.0005, probe=counting_probe,

@@ -118,7 +118,7 @@ async def test_per_request_policy_knob_cap_budget_and_preset():
 
 
 async def test_limits_and_bad_requests():
-    async with Server({"sc": sc()}, scripted(latency=0.2), max_knob=8, max_tokens=1000,
+    async with Server({"sc": sc()}, scripted(latency=0.2), max_knob=8, max_token_budget=1000,
                       max_concurrent=1) as server:
         with pytest.raises(LimitExceededError, match=r"knob_cap=9 is over this server's limit of 8 \(--max-knob\)"):
             await server.complete("q", knob_cap=9)
@@ -207,9 +207,14 @@ async def test_metrics_tokens_savings_slo_and_prometheus():
     assert m["programs_finished"] == {"certaindex": 3} and m["programs_running"] == 0
     assert m["tokens"]["main"] == 3 * 4 * len(AGREE.split()) and m["tokens_saved"] > 0
     assert m["slo"] == {"requests": 2, "met": 1, "attainment": 0.5}
-    assert 'certa_programs_finished_total{exit_reason="certaindex"} 3' in text
+    assert 'certa_programs_finished_total{exit_reason="certaindex"} 3.0' in text
     assert "certa_slo_attainment 0.5" in text and 'certa_tokens_total{kind="main"}' in text
-    assert re.search(r'certa_server_info\{models="sc",scheduler="certa",backend="ScriptedBackend"\} 1', text)
+    assert 'certa_server_info{backend="ScriptedBackend",models="sc",scheduler="certa"} 1.0' in text
+    from prometheus_client.parser import text_string_to_metric_families  # the format's own parser reads it back
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    assert families["certa_request_latency_seconds"].type == "histogram"
+    assert {s.labels["kind"]: s.value for s in families["certa_tokens"].samples
+            if s.name == "certa_tokens_total"}["main"] == m["tokens"]["main"]
     for line in text.splitlines():  # every sample line parses as `name{labels} value`
         assert line.startswith("#") or re.fullmatch(r'[a-z_]+(\{[^}]*\})? [0-9.e+-]+', line), line
 

@@ -101,7 +101,7 @@ def test_comparison_is_constant_time_over_every_key(monkeypatch):
 
 
 def test_cli_binds_loopback_by_default_and_takes_keys():
-    from certa.cli_serve import serve
+    from certa.cli.serve import serve
     params = inspect.signature(serve).parameters
     assert params["host"].default.default == "127.0.0.1"
     for name in ("api_key", "api_key_file", "public_metrics"):

@@ -79,10 +79,10 @@ async def test_non_finite_numbers_in_process_too():
     ({"kind": "esc", "window": 9}, "window", 8, "--max-knob"),
     ({"kind": "margin", "margin": 10**9}, "margin", 8, "--max-knob"),
     ({"kind": "even", "cap": 10**9}, "cap", 8, "--max-knob"),
-    ({"kind": "length", "max_tokens": 10**7}, "max_tokens", 1000, "--max-tokens"),
+    ({"kind": "length", "max_tokens": 10**7}, "max_tokens", 1000, "--max-token-budget"),
 ])
 async def test_policy_fields_over_the_server_limits_are_refused_naming_field_and_limit(policy, field, limit, flag):
-    server, b = endless(max_knob=8, max_tokens=1000)
+    server, b = endless(max_knob=8, max_token_budget=1000)
     async with app_client(server) as c:
         r = await c.post("/v1/chat/completions", json={"model": "sc", "messages": Q, "certa": {"policy": policy}})
     err = r.json()["error"]
@@ -105,7 +105,7 @@ async def test_tau_outside_unit_interval_is_refused_naming_the_field():
 
 
 async def test_policy_fields_within_the_limits_still_run():
-    async with Server("sc", ct.ScriptedBackend(responses=["so \\boxed{18}."]), max_knob=8, max_tokens=4000) as s:
+    async with Server("sc", ct.ScriptedBackend(responses=["so \\boxed{18}."]), max_knob=8, max_token_budget=4000) as s:
         c = await s.complete("q", policy={"kind": "threshold", "tau": 1.0, "detect_at": 8, "every": 2})
         assert c.content == "\\boxed{18}"
         c = await s.complete("q", policy={"kind": "even", "cap": 8}, knob_cap=8)

@@ -123,3 +123,33 @@ def test_certa_serve_enforces_its_connection_flags():
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+@pytest.mark.parametrize("flag", ["--max-token-budget", "--max-tokens"])
+def test_the_token_budget_flag_and_its_old_name_reach_the_server(monkeypatch, flag):
+    """``--max-token-budget`` (issue 39: ``max_tokens`` names a request's budget only); the old
+    ``--max-tokens`` still works."""
+    servers = []
+    monkeypatch.setattr(launch, "run", lambda server, host, port, **kw: servers.append(server))
+    r = runner.invoke(app, ["serve", "--backend", "scripted", flag, "777"])
+    assert r.exit_code == 0, r.output
+    assert servers[0].max_token_budget == 777
+
+
+def test_the_sim_preset_flag_and_its_old_name(monkeypatch):
+    servers = []
+    monkeypatch.setattr(launch, "run", lambda server, host, port, **kw: servers.append(server))
+    for flag in ("--sim-preset", "--preset"):
+        r = runner.invoke(app, ["serve", "--backend", "sim", flag, "h100-llama-3.1-8b"])
+        assert r.exit_code == 0, r.output
+    assert [s.runtime.backend.preset.name for s in servers] == ["h100-llama-3.1-8b"] * 2
+    r = runner.invoke(app, ["serve", "--backend", "scripted", "--sim-preset", "h100-llama-3.1-8b"])
+    assert r.exit_code == 2 and "--sim-preset and --speed are options of --backend sim" in r.output
+
+
+def test_server_max_tokens_is_the_deprecated_name_of_max_token_budget():
+    import certa as ct
+    from certa.serve import Server
+    with pytest.warns(DeprecationWarning, match="max_token_budget"):
+        server = Server("sc", ct.ScriptedBackend(), max_tokens=500)
+    assert server.max_token_budget == 500

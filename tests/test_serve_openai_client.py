@@ -48,7 +48,7 @@ def backend():
 def served(backend):
     sc = build("sc", branches_per_round=4, cap=16, max_tokens=64, policy=ct.Threshold(0.55, detect_at=4, every=4))
     server = Server({"sc": sc, "cot": "cot"}, backend,
-                    max_knob=16, max_tokens=4096)
+                    max_knob=16, max_token_budget=4096)
     with start_background(server) as bg:
         yield bg, server
 

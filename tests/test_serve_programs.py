@@ -7,7 +7,7 @@ import textwrap
 
 import pytest
 
-from certa.cli_serve import _build_server
+from certa.cli.serve import _build_server
 from certa.runtime.errors import ConfigError
 from certa.serve.programs import ServedProgram, served_programs
 

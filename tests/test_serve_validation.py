@@ -70,3 +70,23 @@ async def test_untrusted_strings_cannot_forge_log_lines(caplog):
     for line in lines:
         assert "\n" not in line and "\r" not in line, line
     assert "\\n" in lines[0] and re.search(r"request_id=[0-9a-f]{32} status=400", lines[0])
+
+
+async def test_the_http_layer_validates_certa_options_once(monkeypatch):
+    """The server takes the CertaOptions the HTTP layer parsed (issue 39: not parsed twice)."""
+    def again(*a, **kw):
+        raise AssertionError("CertaOptions parsed a second time")
+    monkeypatch.setattr("certa.serve.server.parse_request", again)
+    async with app_client() as c:
+        r = await c.post("/v1/chat/completions", json={"model": "sc", "messages": Q,
+                                                       "certa": {"knob_cap": 4, "answer_format": "plain"}})
+    assert r.status_code == 200, r.text
+    assert r.json()["choices"][0]["message"]["content"] == "18" and r.json()["certa"]["knob_cap"] == 4
+
+
+async def test_certa_options_and_their_fields_as_keywords_are_not_mixed():
+    from certa.serve.schemas import CertaOptions
+    server = Server("sc", ct.ScriptedBackend(responses=["so \\boxed{18}."]))
+    with pytest.raises(ct.CertaError, match="certa= takes a CertaOptions"):
+        await server.complete("q", certa=CertaOptions(knob_cap=4), knob_cap=8)
+    assert (await server.complete("q", certa=CertaOptions(knob_cap=4))).knob_cap == 4

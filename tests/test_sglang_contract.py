@@ -60,6 +60,7 @@ HTTP_SETUPS = {  # (fake server config, backend options): the server orders by p
 
 
 class TestSGLangHTTPConformance(BackendConformance):
+    backend_name = "sglang-http"
     @pytest.fixture(params=list(HTTP_SETUPS.values()), ids=list(HTTP_SETUPS))
     async def backend(self, request):
         server_cfg, backend_kw = request.param
@@ -71,6 +72,7 @@ class TestSGLangHTTPConformance(BackendConformance):
 
 
 class TestSGLangEngineConformance(BackendConformance):
+    backend_name = "sglang"
     @pytest.fixture
     async def backend(self):
         b = SGLangEngineBackend(engine=FakeEngine(FakeSGLangConfig(enable_priority_scheduling=True,

@@ -145,7 +145,7 @@ async def test_abort_failures_reach_the_server_metrics():
     await task
     assert server.metrics()["backend"]["abort_failures"] == 1
     text = server.prometheus()
-    assert "certa_backend_abort_failures_total 1" in text and "certa_backend_workers_down 0" in text
+    assert "certa_backend_abort_failures_total 1.0" in text and "certa_backend_workers_down 0.0" in text
     srv.core.abort_request(abort_all=True)
     await b.close()
     await srv.close()

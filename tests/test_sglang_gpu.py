@@ -45,6 +45,7 @@ def engine():
 
 
 class TestSGLangEngineGPU(BackendConformance):
+    backend_name = "sglang"
     long_tokens = 2000
 
     @pytest_asyncio.fixture(loop_scope="module")

@@ -382,7 +382,7 @@ def test_the_simulated_engine_stamps_each_request_with_the_schedulers_program_st
 def test_cli_simulate_and_fit(tmp_path):
     from typer.testing import CliRunner
 
-    from certa.cli_sim import app
+    from certa.cli.sim import app
     runner = CliRunner()
     traces = write_synth(tmp_path / "t.jsonl", 6, seed=1, samples=8)
     res = runner.invoke(app, ["simulate", "--workload", str(traces), "--policies", "fcfs,certa", "--n-programs", "10",
@@ -412,7 +412,7 @@ def test_cli_simulate_and_fit(tmp_path):
 
 def test_sweep_plots(tmp_path):
     pytest.importorskip("matplotlib")
-    from certa.cli_sim import plot_sweep
+    from certa.cli.sim import plot_sweep
     from certa.simulation.sweep import SweepSpec, run_sweep
     out = run_sweep(synth_traces(4, seed=0, samples=4), SweepSpec(policies=["fcfs", "certa"], n_programs=6,
                                                                  rates=[0.1, 1.0], rate_scales=[], refine=0))

@@ -8,7 +8,7 @@ import random
 import pytest
 from typer.testing import CliRunner
 
-from certa.cli_sim import app
+from certa.cli.sim import app
 from certa.runtime.errors import ConfigError
 from certa.runtime.sim.cost_model import CostModel, IterationRecord, RecordWriter
 from certa.runtime.sim.engine import EngineConfig, SimEngine, SimRequest

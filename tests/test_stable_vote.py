@@ -95,11 +95,11 @@ def test_replay_stops_on_a_decided_vote():
     assert rp.knob_used == 4 and rp.answer() == "7", "3 to 1 with 2 left of 6: the 3s can only tie the earlier 7s"
 
 
-def test_bench_presets_name_the_new_default_and_the_previous_one():
-    from certa.eval.bench_fixed import preset
-    assert isinstance(preset("sc-default"), StableVote)
-    assert preset("weighted-vote").to_dict() == {"kind": "vote", "tau": 0.8, "length_weight": 0.25,
-                                                 "confidence_floor": None, "min_samples": 2, "same": "math"}
+def test_shipped_policies_name_the_new_default_and_the_previous_one():
+    from certa.eval.bench_fixed import shipped_policy
+    assert isinstance(shipped_policy("sc-default"), StableVote)
+    assert shipped_policy("weighted-vote").to_dict() == {"kind": "vote", "tau": 0.8, "length_weight": 0.25,
+                                                         "confidence_floor": None, "min_samples": 2, "same": "math"}
 
 
 def test_a_huge_budget_left_uses_the_unbounded_limit_and_stays_cheap():

@@ -51,14 +51,16 @@ async def collect(stream) -> list:
     return [part async for part in stream]
 
 
-def test_updates_mode_yields_each_steps_update_then_the_result():
-    rt = ct.Runtime(backend())
-
+def stream_all(program, mode, **kw) -> tuple[list, object]:
+    """Every part of ``program``'s stream in ``mode`` (on the scripted backend), and its Result."""
     async def main():
-        s = rt.stream(fan_program(), mode="updates", q="Q")
+        s = ct.Runtime(backend(**kw)).stream(program, mode=mode, q="Q")
         return await collect(s), s.result
+    return asyncio.run(main())
 
-    parts, result = asyncio.run(main())
+
+def test_updates_mode_yields_each_steps_update_then_the_result():
+    parts, result = stream_all(fan_program(), "updates")
     assert all(isinstance(p, StepUpdate) for p in parts)
     assert [p.step for p in parts] == ["draft"] * 3 + ["pick"]
     assert sorted(p.update["drafts"][0] for p in parts[:3]) == ["one two three 0", "one two three 1",
@@ -69,13 +71,7 @@ def test_updates_mode_yields_each_steps_update_then_the_result():
 
 
 def test_tokens_mode_streams_every_gen_word_by_word_with_its_rid_step_and_branch():
-    rt = ct.Runtime(backend())
-
-    async def main():
-        s = rt.stream(fan_program(), mode="tokens", q="Q")
-        return await collect(s), s.result
-
-    parts, result = asyncio.run(main())
+    parts, result = stream_all(fan_program(), "tokens")
     assert all(isinstance(p, TokenChunk) for p in parts)
     by_rid: dict[str, list[TokenChunk]] = {}
     for p in parts:
@@ -90,25 +86,14 @@ def test_tokens_mode_streams_every_gen_word_by_word_with_its_rid_step_and_branch
 
 
 def test_certaindex_mode_matches_the_results_trajectory():
-    rt = ct.Runtime(backend())
-
-    async def main():
-        s = rt.stream(fan_program(), mode="certaindex", q="Q")
-        return await collect(s), s.result
-
-    parts, result = asyncio.run(main())
+    parts, result = stream_all(fan_program(), "certaindex")
     assert all(isinstance(p, CertaindexUpdate) for p in parts)
     assert [(p.knob, p.value, p.tokens) for p in parts] == [(p.knob, p.value, p.tokens) for p in result.certaindex]
     assert [round(p.value, 3) for p in parts][:3] == [0.333, 0.667, 1.0]
 
 
 def test_events_mode_gives_raw_events_and_step_end_carries_the_update():
-    rt = ct.Runtime(backend())
-
-    async def main():
-        return await collect(rt.stream(fan_program(), mode="events", q="Q"))
-
-    events = asyncio.run(main())
+    events, _ = stream_all(fan_program(), "events")
     assert all(isinstance(e, Event) for e in events)
     kinds = [e.kind for e in events]
     assert kinds[0] == "program_start" and kinds[-1] == "exit"
@@ -120,12 +105,7 @@ def test_events_mode_gives_raw_events_and_step_end_carries_the_update():
 
 
 def test_several_modes_yield_mode_part_pairs():
-    rt = ct.Runtime(backend())
-
-    async def main():
-        return await collect(rt.stream(fan_program(), mode=("updates", "certaindex"), q="Q"))
-
-    parts = asyncio.run(main())
+    parts, _ = stream_all(fan_program(), ("updates", "certaindex"))
     assert {m for m, _ in parts} == {"updates", "certaindex"}
     assert all(isinstance(p, StepUpdate if m == "updates" else CertaindexUpdate) for m, p in parts)
 
@@ -252,13 +232,7 @@ def test_sub_program_parts_come_with_their_own_program_id():
     async def ask(s, ctx):
         return {"answer": (await ctx.call(inner, q=s.q)).answer}
 
-    rt = ct.Runtime(backend())
-
-    async def main():
-        s = rt.stream(g.compile(), mode="updates", q="Q")
-        return await collect(s), s.result
-
-    parts, result = asyncio.run(main())
+    parts, result = stream_all(g.compile(), "updates")
     outer_id = result.program_id
     assert [p.step for p in parts if p.program_id == outer_id] == ["ask"]
     inner_ids = {p.program_id for p in parts} - {outer_id}

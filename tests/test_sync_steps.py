@@ -66,38 +66,33 @@ def test_sync_step_runs_off_the_loop_thread_and_its_return_value_and_ctx_are_use
     assert seen == {"thread": True, "step": "work"}
 
 
-def test_a_sync_step_exception_is_the_same_coded_error_as_before():
-    g = ct.Graph(S, name="boom")
+def run_one_sync_step(body, name: str):
+    """The Result of a one-step graph whose plain ``def`` step runs ``body()``."""
+    g = ct.Graph(S, name=name)
+    g.step(lambda s: body(), name="work")
+    return ct.Runtime(ct.ScriptedBackend()).run_sync(g.compile(), return_errors=True)
 
-    @g.step
-    def work(s):
+
+def test_a_sync_step_exception_is_the_same_coded_error_as_before():
+    def work():
         raise ValueError("bad input")
 
-    r = ct.Runtime(ct.ScriptedBackend()).run_sync(g.compile(), return_errors=True)
+    r = run_one_sync_step(work, "boom")
     assert isinstance(r.error, StepFailedError) and r.error.code == StepFailedError.code
     assert r.error.step == "work" and "ValueError: bad input" in str(r.error)
     assert isinstance(r.error.__cause__, ValueError)
 
 
 def test_a_certa_error_from_a_sync_step_keeps_its_type_and_is_named():
-    g = ct.Graph(S, name="coded")
-
-    @g.step
-    def work(s):
+    def work():
         raise ConfigError("no such thing")
 
-    r = ct.Runtime(ct.ScriptedBackend()).run_sync(g.compile(), return_errors=True)
+    r = run_one_sync_step(work, "coded")
     assert isinstance(r.error, ConfigError) and r.error.step == "work"
 
 
 def test_a_sync_step_returning_a_non_dict_is_still_rejected():
-    g = ct.Graph(S, name="nondict")
-
-    @g.step
-    def work(s):
-        return "oops"
-
-    r = ct.Runtime(ct.ScriptedBackend()).run_sync(g.compile(), return_errors=True)
+    r = run_one_sync_step(lambda: "oops", "nondict")
     assert isinstance(r.error, StepFailedError) and "expected a dict" in str(r.error)
 
 

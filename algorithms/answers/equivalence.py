@@ -3,7 +3,7 @@ r"""Math answer equivalence: fast exact/numeric paths, then math-verify under a 
 ``math_equal(a, b)`` first compares normalized strings, then numbers (integers, decimals,
 ``a/b``, ``\frac{a}{b}``, percents; relative tolerance 1e-6). Only when neither decides does
 it ask math-verify (``verify(parse(a), parse(b))``), in a small pool of worker processes
-(:mod:`certa.algorithms.answers._verify_pool`) so the timeout works in any thread of any process; a
+(:mod:`certa.algorithms.answers.verify_pool`) so the timeout works in any thread of any process; a
 timeout counts as "not equal". Results are cached in a bounded LRU keyed on the normalized
 pair. math-verify is an optional extra (``pip install certa[math]``): without it only the
 fast paths run. The pool starts on first use; :func:`shutdown` stops it (also at exit).
@@ -22,7 +22,7 @@ import threading
 from collections import OrderedDict
 from fractions import Fraction
 
-from certa.algorithms.answers import _verify_pool
+from certa.algorithms.answers import verify_pool
 from certa.algorithms.answers.extract import NUMERIC_DATASETS, canonical_dataset, extract_answer, normalize
 
 __all__ = ["math_equal", "grade", "parse_number", "warm_up", "shutdown", "cache_clear", "MAX_ANSWER_CHARS"]
@@ -146,7 +146,7 @@ def math_equal(a: object, b: object, *, timeout: float = 2.0) -> bool:
     hit = _cache_get(key)
     if hit is not None:
         return hit
-    result = _verify_pool.verify("\\boxed{" + sa + "}", "\\boxed{" + sb + "}", timeout=timeout)
+    result = verify_pool.verify("\\boxed{" + sa + "}", "\\boxed{" + sb + "}", timeout=timeout)
     if result is None:  # math-verify unavailable: do not cache, it may be installed later
         return False
     _cache_put(key, result)
@@ -193,9 +193,9 @@ def grade(prediction: object, gold: object, dataset: str = "math", *, timeout: f
 
 def warm_up() -> bool:
     """Start a math-verify worker now, off the critical path; ``False`` if math-verify is missing."""
-    return _verify_pool.warm_up()
+    return verify_pool.warm_up()
 
 
 def shutdown() -> None:
     """Stop the math-verify worker processes (a later call starts them again)."""
-    _verify_pool.shutdown()
+    verify_pool.shutdown()

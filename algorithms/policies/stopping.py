@@ -30,10 +30,10 @@ from __future__ import annotations
 import bisect
 import math
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from certa.runtime.errors import ConfigError
-from certa.runtime.policy import CONTINUE, Decision, Policy, Threshold, crossed, is_count, is_unit
+from certa.runtime.policy import CONTINUE, Decision, FieldUnit, Policy, Threshold, crossed, is_count, is_unit
 
 from certa.algorithms.answers.clustering import Same, cluster, is_empty, resolve_same
 
@@ -97,6 +97,7 @@ class CheckEvery(Threshold):
     """Stop when certaindex >= ``tau``, checked every ``every`` knob units (from ``start``, default ``every``)."""
 
     kind = "check_every"
+    fields = {**Threshold.fields, "start": "knob"}
 
     def __init__(self, tau: float | dict[str, float], every: int, min_samples: int = 1, start: int | None = None):
         super().__init__(tau, detect_at=start or every, every=every, min_samples=min_samples)
@@ -121,6 +122,7 @@ class Pareto(Policy):
 
     kind = "pareto"
     requires_certaindex = True
+    fields = {"detect_at": "knob", "every": "knob", "min_samples": "knob"}
 
     def __init__(self, curve: Iterable[Iterable[float]], detect_at: int = 1, every: int | None = None,
                  min_samples: int = 1) -> None:
@@ -180,7 +182,19 @@ class Pareto(Policy):
 
 
 class _AnswerRule(Policy):
-    """Base of the answer-count rules: reads ``state.answers`` and guards with ``min_samples``."""
+    """Base of the answer-count rules: reads ``state.answers`` and guards with ``min_samples``.
+
+    A rule has one parameter of its own, ``param`` (its ``fields`` unit in ``unit``); ``to_dict``
+    and the repr are built from it (``keyword_repr``: ``ESC(window=4)`` rather than ``ESC(4)``).
+    """
+
+    param: ClassVar[str]
+    unit: ClassVar[FieldUnit]
+    keyword_repr: ClassVar[bool] = False
+
+    def __init_subclass__(cls, **kw: Any) -> None:
+        super().__init_subclass__(**kw)
+        cls.fields = {cls.param: cls.unit, "min_samples": "knob"}
 
     def __init__(self, min_samples: int, same: Same) -> None:
         check_rule(self.kind, min_samples=min_samples, same=same)
@@ -198,8 +212,13 @@ class _AnswerRule(Policy):
     def should_stop(self, answers: list[Any], program: Program) -> bool:
         raise NotImplementedError
 
-    def _same_dict(self) -> dict[str, Any]:
-        return {"same": self.same} if isinstance(self.same, str) else {}
+    def to_dict(self) -> dict[str, Any]:
+        same = {"same": self.same} if isinstance(self.same, str) else {}
+        return {"kind": self.kind, self.param: getattr(self, self.param), "min_samples": self.min_samples, **same}
+
+    def __repr__(self) -> str:
+        value = getattr(self, self.param)
+        return f"{type(self).__name__}({f'{self.param}={value}' if self.keyword_repr else value})"
 
 
 class ESC(_AnswerRule):
@@ -208,7 +227,7 @@ class ESC(_AnswerRule):
     Windows do not overlap (answers 1..w, w+1..2w, ...); each is checked once, when it fills.
     """
 
-    kind = "esc"
+    kind, param, unit, keyword_repr = "esc", "window", "knob", True
 
     def __init__(self, window: int = 5, min_samples: int = 1, same: Same = "math") -> None:
         check_rule("esc", min_samples=min_samples, window=window)
@@ -223,17 +242,11 @@ class ESC(_AnswerRule):
         win = answers[(full - 1) * self.window: full * self.window]
         return not any(is_empty(a) for a in win) and len(cluster(win, self.same)) == 1
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, "window": self.window, "min_samples": self.min_samples, **self._same_dict()}
-
-    def __repr__(self) -> str:
-        return f"ESC(window={self.window})"
-
 
 class AdaptiveConsistency(_AnswerRule):
     """Stop when P(leading answer's share > runner-up's) >= ``threshold`` (Aggarwal et al. 2023, Beta rule)."""
 
-    kind = "adaptive_consistency"
+    kind, param, unit = "adaptive_consistency", "threshold", "fraction"
 
     def __init__(self, threshold: float = 0.95, min_samples: int = 1, same: Same = "math") -> None:
         if not (is_unit(threshold) and 0.0 < threshold < 1.0):
@@ -245,18 +258,11 @@ class AdaptiveConsistency(_AnswerRule):
         v1, v2 = top_two(answers, self.same)
         return v1 > 0 and beta_stop_probability(v1, v2) >= self.threshold
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, "threshold": self.threshold, "min_samples": self.min_samples,
-                **self._same_dict()}
-
-    def __repr__(self) -> str:
-        return f"AdaptiveConsistency({self.threshold})"
-
 
 class MajorityMargin(_AnswerRule):
     """Stop when the leading answer has at least ``margin`` more votes than the runner-up."""
 
-    kind = "margin"
+    kind, param, unit = "margin", "margin", "knob"
 
     def __init__(self, margin: int = 3, min_samples: int = 1, same: Same = "math") -> None:
         check_rule("margin", min_samples=min_samples, margin=margin)
@@ -266,9 +272,3 @@ class MajorityMargin(_AnswerRule):
     def should_stop(self, answers: list[Any], program: Program) -> bool:
         v1, v2 = top_two(answers, self.same)
         return v1 - v2 >= self.margin
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, "margin": self.margin, "min_samples": self.min_samples, **self._same_dict()}
-
-    def __repr__(self) -> str:
-        return f"MajorityMargin({self.margin})"

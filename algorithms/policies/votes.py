@@ -87,6 +87,7 @@ class VoteStop(Policy):
     """
 
     kind = "vote"
+    fields = {"tau": "fraction", "min_samples": "knob"}
 
     def __init__(self, tau: float = 0.9, length_weight: float = 0.0, confidence_floor: float | None = None,
                  min_samples: int = 1, same: Same = "math") -> None:
@@ -139,6 +140,7 @@ class StableVote(Policy):
     """
 
     kind = "stable_vote"
+    fields = {"min_samples": "knob"}
 
     def __init__(self, delta: float = 0.04, min_samples: int = 2, alpha: float = 1.0, horizon: int | None = None,
                  same: Same = "math") -> None:

@@ -4,7 +4,8 @@ Every program takes the input ``question=``, prompts for ``\boxed{}`` answers an
 answer string (or None) that :func:`~certa.algorithms.answers.equivalence.grade` can check. Each
 keeps ``state.answers`` for the answer-count policies in :mod:`~certa.algorithms.policies`.
 :data:`PROGRAMS` is a :class:`~certa.runtime.registry.Registry` whose entries import their
-module on first use, so listing the names (CLI help, ``certa serve``) loads no program.
+module on first use, so listing the names (CLI help, ``certa serve``) loads no program; its
+``replay`` says which trace replay of :mod:`certa.eval` reproduces the program (None: none can).
 
 Example:
     >>> sorted(PROGRAMS)
@@ -32,19 +33,21 @@ PROGRAMS: Registry[CompiledGraph] = Registry("program")
 """Built-in programs; each factory returns a :class:`~certa.dsl.CompiledGraph`."""
 
 _HERE = "certa.algorithms.programs"
+# replay=: the trace replay that reproduces the program's decisions from recorded traces (certa.eval: "sc",
+# "cot", "sc-cot"), or None where no trace format records what it needs (the tree searches' rewards)
 PROGRAMS.register("cot", f"{_HERE}.cot_probe:cot_program",
-                  help="chain of thought, probed mid-way for an early answer")
+                  help="chain of thought, probed mid-way for an early answer", replay="cot")
 PROGRAMS.register("sc", f"{_HERE}.self_consistency:sc_program",
-                  help="self-consistency: sample answers in rounds, majority vote")
+                  help="self-consistency: sample answers in rounds, majority vote", replay="sc")
 PROGRAMS.register("mcts", f"{_HERE}.mcts:mcts_program",
-                  help="Monte Carlo tree search over reasoning steps, scored by the model")
+                  help="Monte Carlo tree search over reasoning steps, scored by the model", replay=None)
 PROGRAMS.register("rebase", f"{_HERE}.rebase:rebase_program",
-                  help="REBASE: reward-balanced tree search over reasoning steps")
+                  help="REBASE: reward-balanced tree search over reasoning steps", replay=None)
 PROGRAMS.register("sc-mcts", f"{_HERE}.sc_mcts:sc_mcts_program",
-                  help="self-consistency whose samples are whole MCTS searches")
+                  help="self-consistency whose samples are whole MCTS searches", replay=None)
 PROGRAMS.register("sc-cot", f"{_HERE}.sc_cot:sc_cot_program",
-                  help="self-consistency over CoT chains, each with its own probe certaindex, stopped together")
-
+                  help="self-consistency over CoT chains, each with its own probe certaindex, stopped together",
+                  replay="sc-cot")
 
 def build(name: str, **overrides: Any) -> CompiledGraph:
     """Build the built-in program ``name`` with factory keyword ``overrides``.

@@ -64,6 +64,48 @@ def uct_select(nodes: list[Node], w_exp: float = 1.0) -> int:
     return cur.id or 0
 
 
+def backprop(s: MCTSState) -> dict:
+    """Add the path's mean reward to every node on it, root included."""
+    path = path_to(s.nodes, s.tip)
+    ret = sum(n.reward for n in path) / len(path) if path else 0.0
+    updated = [n.model_copy(update={"visits": n.visits + 1, "value": n.value + ret}) for n in [s.nodes[0], *path]]
+    tip = s.nodes[s.tip]
+    return {"nodes": updated, "iterations": s.iterations + 1,
+            "answers": [*s.answers, tip.answer] if tip.terminal else s.answers}
+
+
+def reward(s: MCTSState) -> float:
+    """Mean reward of the tree's steps (rewards are in [0, 1])."""
+    return reward_certainty([n.reward for n in s.nodes[1:]], "mean")
+
+
+def best_terminal(s: MCTSState) -> str | None:
+    """The terminal answer whose path has the highest mean reward per step."""
+    ends = [n for n in s.nodes if n.terminal and n.answer]
+    if not ends:
+        return None
+    return max(ends, key=lambda n: sum(p.reward for p in path_to(s.nodes, n.id or 0)) / n.depth).answer
+
+
+def _route(g: Graph, width: int, iterations: int) -> None:
+    """MCTS's edges: ``select`` fans out ``width`` expansions (a terminal leaf goes straight to
+    ``backprop``), their join simulates, ``backprop`` loops until ``iterations`` are done."""
+
+    def fan_out(s: MCTSState):
+        return "backprop" if s.nodes[s.leaf].terminal else [Send("expand", s.leaf)] * width
+
+    def joined(s: MCTSState) -> Literal["simulate", "__end__"]:
+        return "simulate" if len(s.nodes[s.leaf].children) >= width else END
+
+    def again(s: MCTSState) -> Literal["select", "__end__"]:
+        return "select" if s.iterations < iterations else END
+
+    g.branch("select", fan_out, destinations=["expand", "backprop"], max_fanout=width)
+    g.branch("expand", joined)
+    g.edge("simulate", "backprop")
+    g.branch("backprop", again)
+
+
 def mcts_program(iterations: int = 8, *, width: int = 2, depth: int = 6, w_exp: float = 1.0,
                  scorer: Scorer | None = None, policy: Policy | None = None, agreement: bool = False,
                  temperature: float = 0.7, step_tokens: int = 128, stop: tuple[str, ...] = ("\n\n",),
@@ -87,17 +129,11 @@ def mcts_program(iterations: int = 8, *, width: int = 2, depth: int = 6, w_exp: 
         leaf = uct_select(s.nodes, w_exp)
         return {"leaf": leaf, "tip": leaf}
 
-    def fan_out(s: MCTSState):
-        return "backprop" if s.nodes[s.leaf].terminal else [Send("expand", s.leaf)] * width
-
     @g.step
     async def expand(s: MCTSState, ctx) -> dict:
         """One new child of the selected leaf (``width`` of these run in parallel)."""
         return {"nodes": [await child(s, ctx, ctx.payload, steps_to(s.nodes, ctx.payload),
                                    s.seed * 100_000 + ctx.branch)]}
-
-    def joined(s: MCTSState) -> Literal["simulate", "__end__"]:
-        return "simulate" if len(s.nodes[s.leaf].children) >= width else END
 
     @g.step
     async def simulate(s: MCTSState, ctx) -> dict:
@@ -111,36 +147,13 @@ def mcts_program(iterations: int = 8, *, width: int = 2, depth: int = 6, w_exp: 
             steps = [*steps, cur.text]
         return {"nodes": new, "tip": cur.id}
 
-    @g.step
-    def backprop(s: MCTSState) -> dict:
-        """Add the path's mean reward to every node on it, root included."""
-        path = path_to(s.nodes, s.tip)
-        ret = sum(n.reward for n in path) / len(path) if path else 0.0
-        updated = [n.model_copy(update={"visits": n.visits + 1, "value": n.value + ret}) for n in [s.nodes[0], *path]]
-        tip = s.nodes[s.tip]
-        return {"nodes": updated, "iterations": s.iterations + 1,
-                "answers": [*s.answers, tip.answer] if tip.terminal else s.answers}
+    g.step(backprop)
 
-    def again(s: MCTSState) -> Literal["select", "__end__"]:
-        return "select" if s.iterations < iterations else END
-
-    @g.certaindex
-    def reward(s: MCTSState) -> float:
-        """Mean reward of the tree's steps (rewards are in [0, 1])."""
-        return reward_certainty([n.reward for n in s.nodes[1:]], "mean")
-
+    g.certaindex(reward)
     if agreement:
         g.certaindex(lambda s: entropy_certainty(s.answers, same="math"), name="agreement")
 
-    @g.answer
-    def best_terminal(s: MCTSState) -> str | None:
-        ends = [n for n in s.nodes if n.terminal and n.answer]
-        if not ends:
-            return None
-        return max(ends, key=lambda n: sum(p.reward for p in path_to(s.nodes, n.id or 0)) / n.depth).answer
+    g.answer(best_terminal)
 
-    g.branch("select", fan_out, destinations=["expand", "backprop"], max_fanout=width)
-    g.branch("expand", joined)
-    g.edge("simulate", "backprop")
-    g.branch("backprop", again)
+    _route(g, width, iterations)
     return g.compile(policy=policy or Threshold(0.9, detect_at=max(1, iterations // 2), every=1))

@@ -68,6 +68,29 @@ def allocate(rewards: list[float], budget: int, temperature: float = 0.2) -> lis
     return counts
 
 
+def best_reward(s: RebaseState) -> float:
+    """The highest reward among finished solutions."""
+    return reward_certainty(s.rewards, "max")
+
+
+def weighted_vote(s: RebaseState) -> str | None:
+    """The answer whose solutions have the most reward in total."""
+    groups = [c for c in cluster(s.answers, same="math") if s.answers[c[0]]]
+    if not groups:
+        return None
+    return s.answers[max(groups, key=lambda c: sum(s.rewards[i] for i in c))[0]]
+
+
+def dispatch(s: RebaseState):
+    """One ``expand`` per planned slot (the end once nothing is planned)."""
+    return [Send("expand", p) for p in s.plan] or END
+
+
+def joined(s: RebaseState) -> Literal["collect", "__end__"]:
+    """The round closes once its last expansion is in."""
+    return "collect" if s.pending == 0 else END
+
+
 def rebase_program(width: int = 8, *, depth: int = 6, temperature: float = 0.2, scorer: Scorer | None = None,
                    policy: Policy | None = None, sample_temperature: float = 0.7, step_tokens: int = 128,
                    stop: tuple[str, ...] = ("\n\n",), dataset: str = "math", chat: bool = True,
@@ -85,9 +108,6 @@ def rebase_program(width: int = 8, *, depth: int = 6, temperature: float = 0.2, 
     def start(s: RebaseState) -> dict:
         return {"plan": [0] * width, "pending": width}
 
-    def dispatch(s: RebaseState):
-        return [Send("expand", p) for p in s.plan] or END
-
     @g.step
     async def expand(s: RebaseState, ctx) -> dict:
         """One scored child of the node in this slot."""
@@ -98,9 +118,6 @@ def rebase_program(width: int = 8, *, depth: int = 6, temperature: float = 0.2, 
                                   stop=stop, chat=chat)
         reward = float(await score(ctx, s.question, steps, node.text))
         return {"nodes": [node.model_copy(update={"reward": reward})], "pending": -1}
-
-    def joined(s: RebaseState) -> Literal["collect", "__end__"]:
-        return "collect" if s.pending == 0 else END
 
     @g.step
     def collect(s: RebaseState) -> dict:
@@ -114,17 +131,8 @@ def rebase_program(width: int = 8, *, depth: int = 6, temperature: float = 0.2, 
         return {"frontier": [n.id for n in live], "answers": answers, "rewards": rewards, "plan": plan,
                 "pending": len(plan), "rounds": s.rounds + 1}
 
-    @g.certaindex
-    def best_reward(s: RebaseState) -> float:
-        """The highest reward among finished solutions."""
-        return reward_certainty(s.rewards, "max")
-
-    @g.answer
-    def weighted_vote(s: RebaseState) -> str | None:
-        groups = [c for c in cluster(s.answers, same="math") if s.answers[c[0]]]
-        if not groups:
-            return None
-        return s.answers[max(groups, key=lambda c: sum(s.rewards[i] for i in c))[0]]
+    g.certaindex(best_reward)
+    g.answer(weighted_vote)
 
     g.branch("start", dispatch, destinations=["expand", END], max_fanout=width)
     g.branch("expand", joined)

@@ -24,9 +24,8 @@ from certa.runtime.errors import ConfigError
 from certa.runtime.policy import Policy, Threshold
 from certa.runtime.types import Knob
 
-from certa.algorithms.answers.clustering import majority
 from certa.algorithms.programs.mcts import mcts_program
-from certa.algorithms.signals import entropy_certainty
+from certa.algorithms.programs.self_consistency import agreement, vote
 
 __all__ = ["SCMCTSState", "sc_mcts_program"]
 
@@ -58,15 +57,8 @@ def sc_mcts_program(branches_per_round: int = 2, cap: int = 6, policy: Policy | 
         info = {"program": res.program_id, "exit": res.exit_reason, "iterations": res.knob_used}
         return {"answers": [res.answer or ""], "searches": [info]}
 
-    @g.certaindex
-    def agreement(s: SCMCTSState) -> float:
-        """Entropy certainty over the sub-programs' answers."""
-        return entropy_certainty(s.answers, same="math")
-
-    @g.answer
-    def vote(s: SCMCTSState) -> str | None:
-        return majority(s.answers, same="math")[0] or None
-
+    g.certaindex(agreement)  # SC's: entropy certainty and majority over the searches' answers
+    g.answer(vote)
     g.loop("search")
     return g.compile(policy=policy or Threshold(0.55, detect_at=min(branches_per_round, cap),
                                                 every=branches_per_round))

@@ -26,6 +26,8 @@ Example:
 
 from __future__ import annotations
 
+from typing import Any
+
 from certa.dsl import Appended, CompiledGraph, Graph, State
 from certa.runtime.errors import ConfigError
 from certa.runtime.policy import Policy
@@ -38,7 +40,7 @@ from certa.algorithms.policies.votes import sc_default_policy
 from certa.algorithms.signals import entropy_certainty
 from certa.algorithms.signals.votes import sample_confidence
 
-__all__ = ["SCState", "sc_program"]
+__all__ = ["SCState", "agreement", "sc_program", "vote"]
 
 
 class SCState(State):
@@ -50,6 +52,17 @@ class SCState(State):
     lengths: Appended[list[float]] = []  # per branch: tokens / max_tokens
     complete: Appended[list[bool]] = []  # per branch: natural stop and an extracted answer
     confidence: Appended[list[float | None]] = []  # per branch: lowest-window mean logprob, if known
+
+
+def agreement(s: Any) -> float:
+    """SC's certaindex over any state with ``answers``: 1.0 when every answer falls into one
+    cluster (``math_equal``), 0.0 when all differ (normalized semantic entropy)."""
+    return entropy_certainty(s.answers, same="math")
+
+
+def vote(s: Any) -> str | None:
+    """SC's answer over any state with ``answers``: the majority (None when no branch answered)."""
+    return majority(s.answers, same="math")[0] or None
 
 
 def sc_program(branches_per_round: int = 4, cap: int = 16, policy: Policy | None = None, *,
@@ -81,14 +94,7 @@ def sc_program(branches_per_round: int = 4, cap: int = 16, policy: Policy | None
         return {"answers": [answer], "lengths": [out.tokens / max_tokens],
                 "complete": [out.finish_reason == "stop" and bool(answer)], "confidence": [conf]}
 
-    @g.certaindex
-    def agreement(s: SCState) -> float:
-        """1.0 when every answer falls into one cluster, 0.0 when all differ."""
-        return entropy_certainty(s.answers, same="math")
-
-    @g.answer
-    def vote(s: SCState) -> str | None:
-        return majority(s.answers, same="math")[0] or None
-
+    g.certaindex(agreement)
+    g.answer(vote)
     g.loop("sample")
     return g.compile(policy=policy)

@@ -89,8 +89,8 @@ def final_features(text: str, question: str, dataset: str) -> tuple[str | None, 
     first = next(st for st, s in zip(found, same) if s)
     tail = text[last.end:][-_WINDOW:]
     recent = text[-200:]
-    doubt = len(_text._DOUBT.findall(tail))
-    results = [_num(r) for r in _text._RESULT.findall(tail)]
+    doubt = len(_text.DOUBT_RE.findall(tail))
+    results = [_num(r) for r in _text.RESULT_RE.findall(tail)]
     other = [r for r in results if not _text.same_answer(r, value)]
     nums = [_num(n) for n in _NUM.findall(tail)]
     qnums = {_num(n) for n in _NUM.findall(question)}
@@ -102,10 +102,10 @@ def final_features(text: str, question: str, dataset: str) -> tuple[str | None, 
     f = [
         float(last.kind == "boxed"), float(last.kind == "answer"), _log(run), _log(sum(same)),
         _log(len({st.value for st in found})), _log((len(text) - last.end) / 100), _log((len(text) - first.end) / 100),
-        _log(doubt), float(bool(_text._DOUBT.search(recent))), _log(len(_CHECK.findall(tail))), _log(len(other)),
+        _log(doubt), float(bool(_text.DOUBT_RE.search(recent))), _log(len(_CHECK.findall(tail))), _log(len(other)),
         float(bool(results) and _text.same_answer(results[-1], value)), _log(mentions), _log(len(fresh)),
-        float(plain in qnums), float(_text._fits(value, dataset, question)),
-        float(_text._names_quantity(sentence, _text.asked_quantity(question) if question else frozenset())),
+        float(plain in qnums), float(_text.fits(value, dataset, question)),
+        float(_text.names_quantity(sentence, _text.asked_quantity(question) if question else frozenset())),
         used, _log(len(text) / 1000), float(any(st.kind != "conclude" for st in found)),
         _log(len(_CONFIRM.findall(tail))),
     ]

@@ -54,7 +54,7 @@ DOUBT_WORDS: tuple[str, ...] = ("wait", "hmm", "hold on", "actually", "double-ch
                                 "alternatively", "reconsider", "re-evaluate", "not sure", "is that right")
 """What follows a tentative answer: the chain is re-verifying it (whole words, case-insensitive)."""
 
-_DOUBT = re.compile(r"\b(?:" + "|".join(re.escape(w) for w in DOUBT_WORDS) + r")\b", re.IGNORECASE)
+DOUBT_RE = re.compile(r"\b(?:" + "|".join(re.escape(w) for w in DOUBT_WORDS) + r")\b", re.IGNORECASE)
 _HYPOTHETICAL = re.compile(r"\b(?:if|would|could|might|maybe|perhaps|suppose|assuming|unless|whether|or)\b",
                            re.IGNORECASE)
 _NOT_FINAL = re.compile(r"^\s*(?:\?|[-+*/×÷^=]|\\times|\\cdot|\(|[a-z]*\s*[-+*/×÷=]\s*\d)")
@@ -114,11 +114,11 @@ def _value(rest: str, numeric: bool) -> tuple[str, int] | None:
     return v, lead + len(raw)
 
 
-_RESULT = re.compile(r"=\s*\$?\s*(-?\d[\d,]*(?:\.\d+)?)")
+RESULT_RE = re.compile(r"=\s*\$?\s*(-?\d[\d,]*(?:\.\d+)?)")
 _UNITS = re.compile(r"(?:\s*(?:[A-Za-z]+|\$|%|\\%|\\text\{[^{}]*\}|\}|\\\)|\$))*")
 
 
-def _not_final(after: str) -> bool:
+def not_final(after: str) -> bool:
     """Whether what follows a value shows it is not a final one: a question mark, or more
     arithmetic (an operator or ``=`` after optional unit words)."""
     rest = after[_UNITS.match(after[:60]).end():]  # type: ignore[union-attr]
@@ -156,7 +156,7 @@ def asked_quantity(question: str) -> frozenset[str]:
     return frozenset(out)
 
 
-def _names_quantity(sentence: str, wanted: frozenset[str]) -> bool:
+def names_quantity(sentence: str, wanted: frozenset[str]) -> bool:
     if not wanted:
         return True
     low = sentence.lower()
@@ -194,12 +194,12 @@ def _scan(text: str, dataset: str, question: str) -> list[Statement]:
                 continue
             v, end = got[0], m.end() + got[1]
             done = _close(text, end)
-            if done is None or _not_final(text[end:done]) or _hypothetical(text, m.start()):
+            if done is None or not_final(text[end:done]) or _hypothetical(text, m.start()):
                 continue
             if kind == "conclude":
                 if "=" in text[end:done]:  # "so 3 + 4 = 7 ... = 9": the clause's last value is its result
                     continue
-                if not _names_quantity(text[text.rfind("\n", 0, m.start()) + 1:done], wanted):
+                if not names_quantity(text[text.rfind("\n", 0, m.start()) + 1:done], wanted):
                     continue
             found.append(Statement(end, v, kind, done))  # type: ignore[arg-type]
     rank = {"boxed": 0, "answer": 1, "conclude": 2}
@@ -265,7 +265,7 @@ def same_answer(a: str, b: str) -> bool:
 
 
 
-def _fits(value: str, dataset: str, question: str) -> bool:
+def fits(value: str, dataset: str, question: str) -> bool:
     """Whether ``value`` has the type the question asks for."""
     family = canonical_dataset(dataset)
     plain = value.replace("\\%", "%").rstrip("%").replace("percent", "")
@@ -325,12 +325,12 @@ class Committed(CoTSignal):
         start = next((i + 1 for i in reversed(at) if not same_answer(found[i].value, value)), 0)
         run = [st for st in found[start:] if same_answer(st.value, value)]  # restatements of any kind count
         tail = text[run[-1].end:]
-        if len(run) < self.confirm or len(tail) < self.quiet or _DOUBT.search(tail):
+        if len(run) < self.confirm or len(tail) < self.quiet or DOUBT_RE.search(tail):
             return None
-        results = _RESULT.findall(tail)
+        results = RESULT_RE.findall(tail)
         if results and not same_answer(results[-1].replace(",", ""), value):
             return None  # the chain has computed something else since: the value was a step
-        if len(text) - run[0].end < self.survive or not _fits(value, self.dataset, self.question):
+        if len(text) - run[0].end < self.survive or not fits(value, self.dataset, self.question):
             return None
         return value
 

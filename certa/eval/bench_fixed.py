@@ -13,13 +13,13 @@ Each row: tokens, accuracy, ``token_ratio``/``accuracy_delta`` vs full-budget ma
 ``iso_token_ratio`` vs baseline-even at matched accuracy, bootstrap 95% CIs over problems.
 Nothing is tuned here, so the whole file is scored; reserved rows (GSM8K idx >= 800, MATH-500
 idx >= 300) are refused unless ``final=True``, which marks the report a final report.
-:data:`SC_PRESETS` names the shipped policies (``sc-default``, ``esc``,
+:data:`SC_SHIPPED` names the shipped policies (``sc-default``, ``esc``,
 ``adaptive-consistency``, ``certa-threshold``: the paper's rule as ``sc_program`` used it,
 ``weighted-vote``: the SC default before the stable vote).
 
 Example:
     >>> from certa.simulation.synth import synth_traces
-    >>> r = bench_fixed(synth_traces(6, seed=0, samples=8, probed=0), {"sc-default": preset("sc-default")},
+    >>> r = bench_fixed(synth_traces(6, seed=0, samples=8, probed=0), {"sc-default": shipped_policy("sc-default")},
     ...                 orders=2, reps=50)
     >>> r["methods"]["baseline-even"]["iso_token_ratio"], "even(7)" in r["methods"], r["final"]
     (1.0, True, False)
@@ -28,7 +28,7 @@ Example:
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -41,27 +41,27 @@ from certa.eval.replay_eval import Replayer, check_traces
 from certa.eval.traces import TraceProblem
 from certa.runtime.errors import ConfigError
 from certa.runtime.policy import Even, Policy, Threshold
+from certa.runtime.registry import Registry
 
-__all__ = ["DEFAULT_ORDERS", "SC_PRESETS", "bench_fixed", "load_policy", "plot_fixed", "preset"]
+__all__ = ["DEFAULT_ORDERS", "SC_SHIPPED", "bench_fixed", "load_policy", "plot_fixed", "shipped_policy"]
 
 DEFAULT_ORDERS = 20
 """Draw orders per problem when scoring fixed policies (one order can flip a comparison)."""
 
-SC_PRESETS: dict[str, Callable[[], Policy]] = {
-    "sc-default": lambda: policy_from_dict(SC_DEFAULT),
-    "esc": lambda: policy_from_dict(SC_PEERS["esc"]),
-    "adaptive-consistency": lambda: policy_from_dict(SC_PEERS["adaptive-consistency"]),
-    "certa-threshold": lambda: Threshold(0.55, detect_at=4, every=4),
-    "weighted-vote": lambda: VoteStop(0.8, length_weight=0.25, min_samples=2),
-}
-"""The shipped SC policies by name (``certa bench tokens --preset NAME``)."""
+SC_SHIPPED: Registry[Policy] = Registry("shipped SC policy")
+"""The shipped SC policies by name (``certa bench tokens --shipped NAME``)."""
+SC_SHIPPED.register("sc-default", lambda: policy_from_dict(SC_DEFAULT), help="sc_program()'s default policy")
+SC_SHIPPED.register("esc", lambda: policy_from_dict(SC_PEERS["esc"]), help="ESC, the published peer")
+SC_SHIPPED.register("adaptive-consistency", lambda: policy_from_dict(SC_PEERS["adaptive-consistency"]),
+                    help="Adaptive-Consistency, the published peer")
+SC_SHIPPED.register("certa-threshold", lambda: Threshold(0.55, detect_at=4, every=4), help="the paper's rule")
+SC_SHIPPED.register("weighted-vote", lambda: VoteStop(0.8, length_weight=0.25, min_samples=2),
+                    help="a length-weighted vote")
 
 
-def preset(name: str) -> Policy:
+def shipped_policy(name: str) -> Policy:
     """A fresh instance of the shipped SC policy ``name`` (ConfigError naming the known ones)."""
-    if name not in SC_PRESETS:
-        raise ConfigError(f"unknown SC preset {name!r}", hint=f"one of {', '.join(SC_PRESETS)}")
-    return SC_PRESETS[name]()
+    return SC_SHIPPED.make(name)
 
 
 def load_policy(path: str | Path) -> Policy:
@@ -86,7 +86,7 @@ def bench_fixed(problems: Sequence[TraceProblem], policies: Mapping[str, Policy]
                 seed: int = 0, dataset: str | None = None, reps: int = 1000, final: bool = False) -> dict[str, Any]:
     """Replay ``policies`` (name -> policy) on all of ``problems``; the JSON-ready report."""
     if not policies:
-        raise ConfigError("no policy to score", hint="pass --policy FILE and/or --preset NAME")
+        raise ConfigError("no policy to score", hint="pass --policy FILE and/or --shipped NAME")
     check_traces(problems, "sc")
     if not final:
         check_not_reserved(problems, dataset)
@@ -102,7 +102,7 @@ def bench_fixed(problems: Sequence[TraceProblem], policies: Mapping[str, Policy]
         methods[name] = _row(name, policy, rep.run(policy), even, reps, seed)
     for name in ("esc", "adaptive-consistency"):
         if name not in methods:
-            policy = preset(name)
+            policy = shipped_policy(name)
             methods[name] = _row(f"{name} (shipped fixed parameter)", policy, rep.run(policy), even, reps, seed)
     oracle = rep.oracle_sc()
     methods["oracle-bound"] = {**_row("ORACLE: stop at the fewest samples whose vote is the vote of all", None,

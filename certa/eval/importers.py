@@ -55,7 +55,7 @@ from typing import Any
 
 from certa.eval.datasets import RESERVED_FROM
 from certa.eval.errors import TraceFormatError
-from certa.eval.traces import TraceProblem, _open_text
+from certa.eval.traces import TraceProblem, open_text
 
 from certa.algorithms.answers import extract_answer, grade
 from certa.algorithms.signals.text import committed_answer
@@ -329,7 +329,7 @@ def _rows(path: Path) -> Iterator[tuple[int, Any]]:
     if not path.is_file():
         raise TraceFormatError(f"input file {str(path)!r} does not exist")
     try:
-        with _open_text(path) as fh:
+        with open_text(path) as fh:
             for no, line in enumerate(fh, 1):
                 if not line.strip():
                     continue

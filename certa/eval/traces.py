@@ -111,7 +111,7 @@ def parse_trace_line(line: str, *, where: str = "<string>") -> TraceProblem:
                                hint="see the trace format in docs/scheduling.md") from None
 
 
-def _open_text(p: Path) -> IO[str]:
+def open_text(p: Path) -> IO[str]:
     """The file as UTF-8 text; gzip-compressed files (``.jsonl.gz``) are decompressed on the fly."""
     with p.open("rb") as fh:
         magic = fh.read(2)
@@ -129,7 +129,7 @@ def load_traces(path: str | Path, *, limit: int | None = None) -> list[TraceProb
     out: list[TraceProblem] = []
     no = 0
     try:
-        with _open_text(p) as fh:
+        with open_text(p) as fh:
             for no, line in enumerate(fh, 1):
                 if line.strip():
                     out.append(parse_trace_line(line, where=f"{p.name}:{no}"))
@@ -153,4 +153,4 @@ def dump_traces(problems: Iterable[TraceProblem], path: str | Path) -> Path:
     return p
 
 
-__all__ = ["Probe", "Sample", "TraceProblem", "dump_traces", "load_traces", "parse_trace_line"]
+__all__ = ["Probe", "Sample", "TraceProblem", "dump_traces", "load_traces", "open_text", "parse_trace_line"]

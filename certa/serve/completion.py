@@ -23,6 +23,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from certa.runtime.policy import ExitReason, finish_reason
 from certa.runtime.result import Result
 from certa.runtime.types import CertaindexPoint, TokenUsage
 
@@ -89,7 +90,7 @@ class Completion:
     answer: Any
     content: str
     finish_reason: FinishReason
-    exit_reason: str
+    exit_reason: ExitReason
     tokens: TokenUsage
     tokens_saved: int
     knob_used: int
@@ -105,7 +106,7 @@ class Completion:
                     deadline_s: float | None = None) -> Completion:
         return cls(request_id=request_id, model=model, program_id=result.program_id, answer=result.answer,
                    content=format_answer(result.answer, answer_format),
-                   finish_reason="length" if result.exit_reason == "length" else "stop",
+                   finish_reason=finish_reason(result.exit_reason),
                    exit_reason=result.exit_reason, tokens=result.tokens, tokens_saved=result.tokens_saved,
                    knob_used=result.knob_used, knob_cap=result.knob_cap, certaindex=list(result.certaindex),
                    latency_s=latency_s, deadline_s=deadline_s, result=result)

@@ -206,7 +206,7 @@ class _Api:
             return _error(exc, rid)
         try:
             opts = {"model": req.model, "request_id": rid, "max_tokens": req.budget(), "seed": req.seed,
-                    **req.certa.model_dump(exclude_none=True, exclude={"progress"})}
+                    "certa": req.certa}  # validated once, here
             fmt = Formatter(kind, request_id=rid, model=req.model, created=int(time.time()))  # type: ignore[arg-type]
             if req.stream:
                 stream = self.server.stream(question, heartbeat_s=self.heartbeat_s, progress=req.certa.progress,

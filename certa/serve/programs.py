@@ -8,8 +8,9 @@ program for one question with the request's overrides applied to that instance o
 * ``policy`` recompiles a graph with ``with_policy`` (validated, cached by its JSON) or sets it
   on a Program instance;
 * ``knob_cap`` replaces the instance's knob with a copy that has the new cap;
-* ``max_tokens`` wraps the policy in :class:`TokenBudget` (stop, reason ``length``, once the
-  program's decode tokens reach the budget; checked between steps like every policy).
+* ``max_tokens`` wraps the policy in :class:`~certa.runtime.policy.TokenBudget` (stop, reason
+  ``length``, once the program's decode tokens reach the budget: the ``Length`` baseline's rule;
+  checked between steps like every policy).
 
 Example:
     >>> sp = ServedProgram.resolve("sc")
@@ -26,42 +27,13 @@ from collections import OrderedDict
 from typing import Any
 
 from certa.runtime.errors import ConfigError
-from certa.runtime.policy import CONTINUE, Decision, Policy
+from certa.runtime.policy import Policy, TokenBudget
 from certa.runtime.program import Program
 from certa.runtime.types import Knob
 
 __all__ = ["ServedProgram", "TokenBudget", "served_programs"]
 
 _CACHE_SIZE = 64
-
-
-class TokenBudget(Policy):
-    """Stop (reason ``length``) once decode tokens reach ``max_tokens``; otherwise ask ``inner``."""
-
-    requires_certaindex = False
-
-    def __init__(self, inner: Policy | None, max_tokens: int) -> None:
-        self.inner, self.max_tokens = inner, max_tokens
-
-    def decide(self, program: Program) -> Decision:
-        if program.tokens.total >= self.max_tokens:
-            return Decision(True, "length")
-        return self.inner.decide(program) if self.inner is not None else CONTINUE
-
-    def budget_cap(self, program: Program) -> int | None:
-        return self.inner.budget_cap(program) if self.inner is not None else program.knob_cap
-
-    def validate(self, program: Program) -> None:
-        if self.inner is not None:
-            self.inner.validate(program)
-
-    def expected_remaining(self, program: Program) -> float:
-        if self.inner is not None:
-            return self.inner.expected_remaining(program)
-        return super().expected_remaining(program)
-
-    def __repr__(self) -> str:
-        return f"TokenBudget({self.inner!r}, max_tokens={self.max_tokens})"
 
 
 class ServedProgram:

@@ -79,36 +79,37 @@ def _non_finite(v: Any, path: str) -> tuple[str, str] | None:
     return None
 
 
-# policy fields counted in knob units (bounded by max_knob), in decode tokens (max_tokens), in [0, 1]
-_KNOB_FIELDS = ("detect_at", "every", "start", "min_samples", "window", "margin", "cap")
-_TOKEN_FIELDS = ("max_tokens",)
-_UNIT_FIELDS = ("tau", "threshold")
-
-
-def check_limits(opts: CertaOptions, *, max_knob: int | None, max_tokens: int | None) -> None:
+def check_limits(opts: CertaOptions, *, max_knob: int | None, max_token_budget: int | None) -> None:
     """Refuse (CT205, HTTP 400, naming the field and the limit) a ``knob_cap`` or policy field
-    over the server's maximums; a ``tau``/``threshold`` outside [0, 1] is a CT300 (a bad policy).
+    over the server's maximums; a fraction field (``tau``, ``threshold``) outside [0, 1] is a
+    CT300 (a bad policy); an unknown policy kind a CT300 listing the kinds.
 
-    A policy's knob-unit fields (``detect_at``, ``every``, ``start``, ``min_samples``,
-    ``window``, ``margin``, ``even``'s ``cap``) are bounded by ``max_knob``, a ``length``
-    policy's ``max_tokens`` by ``max_tokens`` (``None``: no bound).
+    What each field counts is the policy's own declaration (``Policy.fields``, see
+    :mod:`certa.runtime.policy`): knob-unit fields (``detect_at``, ``every``, ``window``,
+    ``even``'s ``cap``, ...) are bounded by ``max_knob``, token fields (``length``'s
+    ``max_tokens``) by ``max_token_budget`` (``None``: no bound).
 
-    >>> check_limits(CertaOptions(policy={"kind": "even", "cap": 99}), max_knob=16, max_tokens=None)
+    >>> check_limits(CertaOptions(policy={"kind": "even", "cap": 99}), max_knob=16, max_token_budget=None)
     Traceback (most recent call last):
     ...
     certa.runtime.errors.LimitExceededError: CT205 limit-exceeded: certa.policy.cap=99 is over this server's limit of 16 (--max-knob)
     """
     if opts.knob_cap is not None and max_knob is not None and opts.knob_cap > max_knob:
         _over("certa.knob_cap", opts.knob_cap, max_knob, "--max-knob")
-    for key, value in (opts.policy or {}).items():
-        if key in _UNIT_FIELDS:
+    if not opts.policy:
+        return
+    from certa.algorithms.policies import STOPPING_POLICIES
+    units = STOPPING_POLICIES.get(opts.policy["kind"]).fields
+    limits = {"knob": (max_knob, "--max-knob"), "tokens": (max_token_budget, "--max-token-budget")}
+    for key, value in opts.policy.items():
+        unit = units.get(key)
+        if unit == "fraction":
             values = value.values() if isinstance(value, dict) else [value]
             if not all(isinstance(t, (int, float)) and not isinstance(t, bool) and 0 <= t <= 1 for t in values):
                 err = ConfigError(f"bad policy {opts.policy['kind']!r}: certa.policy.{key}={value!r} is outside [0, 1]")
                 err.param = f"certa.policy.{key}"  # type: ignore[attr-defined]
                 raise err
-        limit, flag = (max_knob, "--max-knob") if key in _KNOB_FIELDS else \
-            (max_tokens, "--max-tokens") if key in _TOKEN_FIELDS else (None, "")
+        limit, flag = limits.get(unit, (None, ""))  # type: ignore[arg-type]
         if limit is not None and isinstance(value, (int, float)) and not isinstance(value, bool) and value > limit:
             _over(f"certa.policy.{key}", value, limit, flag)
 

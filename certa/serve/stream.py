@@ -12,17 +12,15 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from certa.runtime.program import Program
+from certa.runtime.result import Result
 
 from certa.serve.completion import Completion, Heartbeat, Progress
 from certa.serve.errors import ShuttingDownError
 
-if TYPE_CHECKING:  # pragma: no cover
-    from certa.serve.server import Server
-
-__all__ = ["CompletionStream", "Job"]
+__all__ = ["CompletionStream", "Job", "JobHost"]
 
 
 @dataclass(eq=False)
@@ -39,13 +37,25 @@ class Job:
     ended: bool = False
 
 
+class JobHost(Protocol):
+    """What a stream needs of the server that admitted its job (:class:`~certa.serve.Server`)."""
+
+    def launch(self, job: Job) -> None: ...
+
+    def watch(self, program_id: str, wake: asyncio.Event) -> None: ...
+
+    def conclude(self, job: Job, result: Result) -> Completion: ...
+
+    def end(self, job: Job, result: Result | None) -> float: ...
+
+
 class CompletionStream:
     """Async iterator of :class:`Progress` (and :class:`Heartbeat`) then one :class:`Completion`.
 
     Also an async context manager: leaving the block early aborts the program.
     """
 
-    def __init__(self, server: Server, job: Job, *, progress: bool, heartbeat_s: float | None) -> None:
+    def __init__(self, server: JobHost, job: Job, *, progress: bool, heartbeat_s: float | None) -> None:
         self._server, self._job = server, job
         self._progress, self._heartbeat_s = progress, heartbeat_s
         self._wake = asyncio.Event()
@@ -68,11 +78,11 @@ class CompletionStream:
         if self._closed:
             raise StopAsyncIteration
         if job.task is None:
-            self._server._launch(job)
+            self._server.launch(job)
             assert job.task is not None
             job.task.add_done_callback(lambda _: self._wake.set())
             await asyncio.sleep(0)  # let the runtime assign the program id before watching it
-            self._server._watch_program(job.program.program_id, self._wake)
+            self._server.watch(job.program.program_id, self._wake)
         prog, task = job.program, job.task
         while True:
             self._wake.clear()
@@ -83,10 +93,10 @@ class CompletionStream:
             if task.done():
                 self._closed = True
                 if task.cancelled():
-                    self._server._end(job, None)
+                    self._server.end(job, None)
                     raise ShuttingDownError("the server shut down before the program finished",
                                             program=prog.program_id)
-                return self._server._conclude(job, task.result())
+                return self._server.conclude(job, task.result())
             if self._closed:  # aclose() ran while this waited: the program is gone
                 raise StopAsyncIteration
             if await self._wait(self._heartbeat_s):
@@ -123,7 +133,7 @@ class CompletionStream:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
         finished = task is not None and task.done() and not task.cancelled() and task.exception() is None
-        self._server._end(self._job, task.result() if finished else None)
+        self._server.end(self._job, task.result() if finished else None)
 
     async def __aenter__(self) -> CompletionStream:
         return self

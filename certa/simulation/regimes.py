@@ -44,7 +44,7 @@ from certa.eval.traces import TraceProblem, load_traces
 from certa.runtime.sim.metrics import cdf, percentile
 from certa.simulation.reasoning_workload import (DEV_TRACES, REASONING_DIR, AgreementProfile, Arrival,
                                                  agreement_profile, load_reasoning, reasoning_workload)
-from certa.simulation.sweep import GANG, Experiment, SweepSpec, _bisect, _max_rate
+from certa.simulation.sweep import GANG, Experiment, SweepSpec, bisect_rate, max_rate
 from certa.simulation.workload import ProgramConfig
 
 __all__ = ["POLICIES5", "REGIMES", "REGIME_PROGRAM", "Regime", "default_profile", "latency_stats", "regime_workload", "run_regime",
@@ -125,7 +125,7 @@ def _below(exp: Experiment, policy: str, lowest: float, scale: float) -> tuple[t
         att = exp.attainment(exp.run(policy, r), scale)
         tried.append([r, round(att, 4)])
         if att >= exp.spec.target:
-            return (round(_bisect(exp, policy, r, hi, exp.spec.refine, scale, exp.spec.target), 7), False), tried
+            return (round(bisect_rate(exp, policy, r, hi, exp.spec.refine, scale, exp.spec.target), 7), False), tried
         hi = r
     return (None, False), tried
 
@@ -206,8 +206,8 @@ def run_regime(reg: Regime, *, policies: list[str] | None = None, n_programs: in
     }
     for mode, exp in exps.items():
         if mode == "system":  # certa exits early in both modes: reuse its runs
-            exp._runs.update({key: v for key, v in exps["all"]._runs.items() if key[0] == "certa"})
-        best = {p: _max_rate(exp, p, rates, scale) for p in pols}
+            exp.runs.update({key: v for key, v in exps["all"].runs.items() if key[0] == "certa"})
+        best = {p: max_rate(exp, p, rates, scale) for p in pols}
         low: dict[str, list] = {}
         for p in pols:  # missing 90% even at the grid's lowest rate: look lower (3 steps of 2.5x)
             if best[p][0] is None:

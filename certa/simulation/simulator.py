@@ -35,8 +35,9 @@ from certa.eval.replay_backend import ReplayBackend
 from certa.eval.traces import TraceProblem
 from certa.runtime.errors import ConfigError
 from certa.runtime.limits import RuntimeLimits
+from certa.runtime.policy import ExitReason
 from certa.runtime.result import Result
-from certa.runtime.runtime import Runtime
+from certa.runtime.build import make_runtime
 from certa.runtime.scheduling.policies import make_policy
 from certa.runtime.scheduling.scheduler import AdmissionLimits, SchedulingPolicy
 from certa.runtime.sim.backend import SimBackend
@@ -65,7 +66,7 @@ class ProgramRecord:
     main_tokens: int
     requests: int
     knob_used: int
-    exit_reason: str
+    exit_reason: ExitReason
     correct: bool
     preemptions: int
 
@@ -130,7 +131,7 @@ async def _serve(specs: list[ProgramSpec], pol: SchedulingPolicy, backend: SimBa
     loop = asyncio.get_running_loop()
     sched = HistoryScheduler(pol, limits, clock=loop.time, prior_output=cfg.prior_output)
     # no request timeout: its watchdog keeps wall-clock deadlines, meaningless in simulated time
-    rt = Runtime(backend, scheduler=sched, limits=RuntimeLimits(max_tokens_per_request=None, request_timeout=None))
+    rt = make_runtime(backend, scheduler=sched, limits=RuntimeLimits(max_tokens_per_request=None, request_timeout=None))
     records: list[ProgramRecord] = []
 
     async def one(spec: ProgramSpec) -> None:

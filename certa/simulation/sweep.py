@@ -95,7 +95,7 @@ class Experiment:
         self._workload = workload
         self.preset = get_preset(spec.preset)
         self.engine = EngineConfig(self.preset.kv_capacity, max_running=spec.max_running)
-        self._runs: dict[tuple[str, float], SimResult] = {}
+        self.runs: dict[tuple[str, float], SimResult] = {}
 
     @functools.cached_property
     def alone(self) -> dict[str, float]:
@@ -120,15 +120,15 @@ class Experiment:
 
     def run(self, policy: str, rate: float) -> SimResult:
         key = (policy, rate)
-        if key not in self._runs:
+        if key not in self.runs:
             lim = None
             if policy in GANG:
                 d = default_limits(self.engine)
                 lim = replace(d, max_requests=max(1, int(d.max_requests * self.spec.admission)),  # type: ignore[operator]
                               kv_tokens=int(d.kv_tokens * self.spec.admission * self.spec.kv_admission))  # type: ignore[operator]
-            self._runs[key] = simulate(self.workload(rate), policy, self.engine, self.preset.cost, limits=lim,
+            self.runs[key] = simulate(self.workload(rate), policy, self.engine, self.preset.cost, limits=lim,
                                        config=self.spec.program, early_exit=self.early_exit(policy))
-        return self._runs[key]
+        return self.runs[key]
 
     def slo(self, pid: str, scale: float) -> float:
         return scale * (self.alone[pid] if self.spec.deadline == "oracle" else self.slo_ref)
@@ -150,7 +150,8 @@ class Experiment:
         return [round(cap * 0.1 * 40 ** (i / 13), 5) for i in range(14)]
 
 
-def _bisect(exp: Experiment, policy: str, lo: float, hi: float, steps: int, scale: float, target: float) -> float:
+def bisect_rate(exp: Experiment, policy: str, lo: float, hi: float, steps: int, scale: float, target: float) -> float:
+    """The highest rate in ``[lo, hi]`` found to meet ``target`` attainment, by ``steps`` geometric bisections."""
     for _ in range(steps):
         mid = math.sqrt(lo * hi)
         if exp.attainment(exp.run(policy, mid), scale) >= target:
@@ -160,7 +161,7 @@ def _bisect(exp: Experiment, policy: str, lo: float, hi: float, steps: int, scal
     return lo
 
 
-def _max_rate(exp: Experiment, policy: str, rates: list[float], scale: float) -> tuple[float | None, bool]:
+def max_rate(exp: Experiment, policy: str, rates: list[float], scale: float) -> tuple[float | None, bool]:
     """(max rate at the target attainment, censored = still meeting it at the grid's top)."""
     att = [exp.attainment(exp.run(policy, r), scale) for r in rates]
     coarse = max_rate_at(rates, att, exp.spec.target)
@@ -168,7 +169,7 @@ def _max_rate(exp: Experiment, policy: str, rates: list[float], scale: float) ->
     if coarse is None or not above or not exp.spec.refine:
         return coarse, coarse is not None and not above
     lo = max(r for r in rates if r <= coarse)
-    return round(_bisect(exp, policy, lo, above[0], exp.spec.refine, scale, exp.spec.target), 6), False
+    return round(bisect_rate(exp, policy, lo, above[0], exp.spec.refine, scale, exp.spec.target), 6), False
 
 
 def _named(v: Any) -> Any:
@@ -210,7 +211,7 @@ def run_sweep(problems: list[TraceProblem], spec: SweepSpec,
                 f"P90 latency {summ['latency']['p90']:.1f}s")
         out["rate_sweep"][pol] = rows
     for scale in sorted({spec.slo_scale, *spec.rate_scales}):
-        best = {pol: _max_rate(exp, pol, rates, scale) for pol in spec.policies}
+        best = {pol: max_rate(exp, pol, rates, scale) for pol in spec.policies}
         out["max_rate_by_scale"][str(scale)] = {p: r for p, (r, _) in best.items()}
         out["ratios_by_scale"][str(scale)] = _ratios({p: r for p, (r, _) in best.items()})
         if scale == spec.slo_scale:
@@ -235,4 +236,4 @@ def run_sweep(problems: list[TraceProblem], spec: SweepSpec,
     return out
 
 
-__all__ = ["Experiment", "GANG", "SweepSpec", "run_sweep"]
+__all__ = ["Experiment", "GANG", "SweepSpec", "bisect_rate", "max_rate", "run_sweep"]

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
+from certa.runtime.backends.base import Backend
 from certa.runtime.errors import BackendError, ConfigError
 from certa.runtime.types import FinishReason, GenRequest, GenResult
 
@@ -322,3 +323,24 @@ def probs_from_top(top: dict[str, float], options: Sequence[str]) -> dict[str, f
     if total <= 0.0:
         return None
     return {o: v / total for o, v in mass.items()}
+
+
+class StreamingBackend(Backend):
+    """A backend that runs every request as a stream (the OpenAI-compatible HTTP servers, the
+    SGLang engine): :meth:`run_stream` fills a :class:`StreamState`, and ``generate`` /
+    ``generate_stream`` hand back its result."""
+
+    async def run_stream(self, req: GenRequest, top: int = 0, on_text: Callable[[str], None] | None = None
+                         ) -> tuple[StreamState, bool]:
+        """Run ``req`` as a stream (``top``: top logprobs of the first token, for ``score``;
+        ``on_text``: each text delta); returns the stream's state and whether it was aborted."""
+        raise NotImplementedError
+
+    async def generate(self, req: GenRequest) -> GenResult:
+        st, aborted = await self.run_stream(req)
+        return st.result(req, aborted)
+
+    async def generate_stream(self, req: GenRequest, on_text: Callable[[str], None]) -> GenResult:
+        """``generate``, handing each streamed text delta to ``on_text`` as it arrives."""
+        st, aborted = await self.run_stream(req, on_text=on_text)
+        return st.result(req, aborted)

@@ -41,10 +41,9 @@ from typing import Any
 
 from certa.runtime.errors import BackendError
 from certa.runtime.types import Capabilities, GenRequest, GenResult, ScoreRequest, ScoreResult
-from certa.runtime.backends.base import Backend
-from certa.runtime.backends.http_common import (StreamState, affinity_key, iter_sse, make_client, normalise_workers,
-                                                probs_from_top, resolve_urls, routing_header, server_abort_error,
-                                                status_error, stream_error, transport_error, where)
+from certa.runtime.backends.http_common import (StreamingBackend, StreamState, affinity_key, iter_sse, make_client,
+                                                normalise_workers, probs_from_top, resolve_urls, routing_header,
+                                                server_abort_error, status_error, stream_error, transport_error, where)
 from certa.runtime.backends.openai_wire import parse_chat, parse_completion, request_body, usage
 from certa.runtime.backends.worker_pool import WorkerPool
 
@@ -68,7 +67,7 @@ Parser = Callable[[dict, StreamState], None]
 __all__ = ["OpenAIBackend", "StreamState", "Parser"]
 
 
-class OpenAIBackend(Backend):
+class OpenAIBackend(StreamingBackend):
     """Backend for OpenAI-compatible ``/v1/completions`` and ``/v1/chat/completions``.
 
     Args:
@@ -156,9 +155,7 @@ class OpenAIBackend(Backend):
 
     def metrics(self) -> dict[str, int]:
         """Counters: failovers, workers marked down / re-admitted, failed probes, workers down now."""
-        st = self.pool.stats
-        return {"failovers": st.failovers, "workers_marked_down": st.marked_down, "workers_readmitted": st.readmitted,
-                "health_probes_failed": st.probes_failed, "workers_down": len(self.pool.down)}
+        return {**self.pool.stats, "workers_down": len(self.pool.down)}
 
     async def _model_for(self, worker: str) -> str | None:
         if self.model is not None:
@@ -244,14 +241,14 @@ class OpenAIBackend(Backend):
                 nxt = self.pool.route(affinity_key(req), exclude=tried)
                 if nxt is None:
                     raise exc.error from None
-                self.pool.stats.failovers += 1
+                self.pool.stats["failovers"] += 1
                 live.worker = nxt
 
     def _abort_error(self, st: StreamState, req: GenRequest) -> Exception:
         """The error for a request the server aborted on its own (subclasses refine it)."""
         return server_abort_error(st, req)
 
-    async def _run(self, req: GenRequest, top: int = 0,
+    async def run_stream(self, req: GenRequest, top: int = 0,
                    on_text: Callable[[str], None] | None = None) -> tuple[StreamState, bool]:
         """Stream ``req``; returns its state and whether it was aborted through ``abort``
         (``on_text``: called with each new piece of text as it arrives)."""
@@ -294,15 +291,6 @@ class OpenAIBackend(Backend):
         task.add_done_callback(self._bg.discard)
 
     # ---- protocol ----------------------------------------------------------------------------
-    async def generate(self, req: GenRequest) -> GenResult:
-        st, aborted = await self._run(req)
-        return st.result(req, aborted)
-
-    async def generate_stream(self, req: GenRequest, on_text: Callable[[str], None]) -> GenResult:
-        """``generate``, handing each streamed text delta to ``on_text`` as it arrives."""
-        st, aborted = await self._run(req, on_text=on_text)
-        return st.result(req, aborted)
-
     async def abort(self, rid: str) -> bool:
         live = self._live.pop(rid, None)
         if live is None:
@@ -324,7 +312,7 @@ class OpenAIBackend(Backend):
         g = GenRequest(prompt=req.prompt, max_tokens=1, temperature=0.0, rid=req.rid, program_id=req.program_id,
                        step=req.step, branch=req.branch, priority=req.priority, kind="score", chat=req.chat)
         try:
-            st, aborted = await self._run(g, top=self.score_top_logprobs)
+            st, aborted = await self.run_stream(g, top=self.score_top_logprobs)
         except BackendError as exc:
             if exc.retryable or self._logprob_score:
                 raise

@@ -25,23 +25,13 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from collections import Counter
 
 from certa.runtime.backends.http_common import rank_workers
 
 log = logging.getLogger("certa.runtime.backends")
 
 Probe = Callable[[str], Awaitable[bool]]
-
-
-@dataclass(slots=True)
-class PoolStats:
-    """Counters of a pool (part of the backend's ``metrics()``)."""
-
-    failovers: int = 0
-    marked_down: int = 0
-    readmitted: int = 0
-    probes_failed: int = 0
 
 
 class WorkerPool:
@@ -54,7 +44,9 @@ class WorkerPool:
         self.probe = probe
         self.interval = interval
         self.fail_after = max(1, fail_after)
-        self.stats = PoolStats()
+        # the pool's counters (part of the backend's ``metrics()``), by their metric names
+        self.stats: Counter[str] = Counter(dict.fromkeys(("failovers", "workers_marked_down", "workers_readmitted",
+                                                          "health_probes_failed"), 0))
         self._misses: dict[str, int] = {}
         self._task: asyncio.Task | None = None
 
@@ -75,7 +67,7 @@ class WorkerPool:
         if worker in self.down:
             return
         self.down.add(worker)
-        self.stats.marked_down += 1
+        self.stats["workers_marked_down"] += 1
         if len(self.workers) > 1:
             log.warning("worker %s marked down (%s); its programs fail over to the next worker", worker, reason)
 
@@ -83,7 +75,7 @@ class WorkerPool:
         self._misses.pop(worker, None)
         if worker in self.down:
             self.down.discard(worker)
-            self.stats.readmitted += 1
+            self.stats["workers_readmitted"] += 1
             log.warning("worker %s is back: re-admitted", worker)
 
     async def check(self, worker: str) -> bool:
@@ -97,7 +89,7 @@ class WorkerPool:
         if ok:
             self.mark_up(worker)
         else:
-            self.stats.probes_failed += 1
+            self.stats["health_probes_failed"] += 1
             self._misses[worker] = self._misses.get(worker, 0) + 1
             if self._misses[worker] >= self.fail_after or worker in self.down:
                 self.mark_down(worker, f"{self._misses[worker]} failed health probe(s)")

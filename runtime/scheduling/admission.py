@@ -29,18 +29,18 @@ class AdmissionLimits:
     """Caps on what is in flight at the backend at once (``None`` = unlimited); immutable
     (the ledger reads ``unlimited`` once per limits, not per request: assign new limits to change them).
 
-    ``max_tokens`` caps the sum of in-flight tickets' ``est_tokens``; ``kv_tokens`` caps the
+    ``inflight_tokens`` caps the sum of in-flight tickets' ``est_tokens``; ``kv_tokens`` caps the
     KV estimate: in-flight tickets' ``kv`` plus the resident prefixes of programs (idle
     programs' prefixes are evicted first, least recently active first).
     """
 
     max_requests: int | None = None
-    max_tokens: int | None = None
+    inflight_tokens: int | None = None
     kv_tokens: int | None = None
 
     @property
     def unlimited(self) -> bool:
-        return self.max_requests is None and self.max_tokens is None and self.kv_tokens is None
+        return self.max_requests is None and self.inflight_tokens is None and self.kv_tokens is None
 
 
 class Ledger:
@@ -73,8 +73,8 @@ class Ledger:
         free token and KV budgets, each in units of the mean in-flight request's (0 when unlimited)."""
         lim, n = self._limits, self.requests
         rooms = [] if lim.max_requests is None else [lim.max_requests - n]
-        if n and lim.max_tokens is not None and self.tokens > 0:
-            rooms.append((lim.max_tokens - self.tokens) * n // self.tokens)
+        if n and lim.inflight_tokens is not None and self.tokens > 0:
+            rooms.append((lim.inflight_tokens - self.tokens) * n // self.tokens)
         if n and lim.kv_tokens is not None and self.kv > 0:
             rooms.append((lim.kv_tokens - self.kv - self.prefix_kv) * n // self.kv)
         return max(0, min(rooms)) if rooms else 0
@@ -87,8 +87,8 @@ class Ledger:
         lim, idle = self._limits, self.requests == 0
         if lim.max_requests is not None and self.requests + len(tickets) > lim.max_requests:
             return False
-        if lim.max_tokens is not None and not idle and \
-                self.tokens + sum(t.est_tokens for t in tickets) > lim.max_tokens:
+        if lim.inflight_tokens is not None and not idle and \
+                self.tokens + sum(t.est_tokens for t in tickets) > lim.inflight_tokens:
             return False
         if lim.kv_tokens is None:
             return True

@@ -230,14 +230,15 @@ class CertaSJF(SchedulingPolicy):
 
 
 POLICIES: Registry[SchedulingPolicy] = Registry("scheduling policy")
-"""Every scheduling policy by name (``--scheduler``, ``Sweep.policies``)."""
-POLICIES.register("fcfs", SchedulingPolicy, help="request-level first come first served")
-POLICIES.register("lpm", LPM, help="longest cached prefix first, then FCFS")
-POLICIES.register("app-fifo", AppFIFO, help="programs FIFO by arrival, each program's requests as one gang")
+"""Every scheduling policy by name (``--scheduler``, ``Sweep.policies``), with its ``color`` in plots."""
+POLICIES.register("fcfs", SchedulingPolicy, help="request-level first come first served", color="#6b7280")
+POLICIES.register("lpm", LPM, help="longest cached prefix first, then FCFS", color="#0891b2")
+POLICIES.register("app-fifo", AppFIFO, help="programs FIFO by arrival, each program's requests as one gang",
+                  color="#ca8a04")
 POLICIES.register("certa-nocd", lambda **kw: CertaSJF(use_certaindex=False, **kw),
-                  help="gang + shortest remaining work first (from history) + aging")
+                  help="gang + shortest remaining work first (from history) + aging", color="#9333ea")
 POLICIES.register("certa", lambda **kw: CertaSJF(use_certaindex=True, **kw),
-                  help="gang + shortest remaining work first (certaindex-informed) + aging")
+                  help="gang + shortest remaining work first (certaindex-informed) + aging", color="#dc2626")
 
 
 def make_policy(name: str, **kw: Any) -> SchedulingPolicy:

@@ -107,7 +107,7 @@ class Scheduler:
         waiting = self._waiting  # per certaindex point: attribute reads, not the properties
         if waiting.policy.observe_progress(info):
             waiting.rekey_all()
-        if waiting._items:  # nothing waits (no limits, or none reached): no key to move
+        if waiting:  # nothing waits (no limits, or none reached): no key to move
             waiting.rekey(info.program_id, self.clock())
 
     def pending(self, program_id: str) -> list[Ticket]:

@@ -35,7 +35,6 @@ class ProgramInfo:
     certaindex: float | None = None
     est_remaining_tokens: float | None = None
     tokens_per_step: float | None = None
-    deadline: float | None = None
     inflight: int = 0
     name: str = ""
     prefix_tokens: int = 0

@@ -32,6 +32,7 @@ Example:
 
 from __future__ import annotations
 
+import gzip
 import json
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, fields
@@ -152,12 +153,14 @@ class RecordWriter:
 
 
 def load_records(path: str | Path) -> list[IterationRecord]:
-    """Read an iteration-record JSONL file; ConfigError names the bad line."""
+    """Read an iteration-record JSONL file (``.jsonl.gz``: gzip-compressed); ConfigError names the bad line."""
     p = Path(path)
     if not p.is_file():
         raise ConfigError(f"iteration record file {str(p)!r} does not exist")
     out = []
-    for no, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1):
+    raw = p.read_bytes()
+    text = (gzip.decompress(raw) if p.suffix == ".gz" else raw).decode("utf-8")
+    for no, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
         try:
@@ -168,10 +171,11 @@ def load_records(path: str | Path) -> list[IterationRecord]:
 
 
 def save_records(records: Iterable[IterationRecord], path: str | Path) -> Path:
-    """Write records as JSONL (overwrites)."""
+    """Write records as JSONL (overwrites; a ``.gz`` path is gzip-compressed, reproducibly: no timestamp)."""
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_text("".join(r.to_json() + "\n" for r in records), encoding="utf-8")
+    data = "".join(r.to_json() + "\n" for r in records).encode("utf-8")
+    p.write_bytes(gzip.compress(data, mtime=0) if p.suffix == ".gz" else data)
     return p
 
 

@@ -22,13 +22,15 @@ import statistics
 from collections.abc import Sequence
 from typing import Any, Protocol
 
+from certa.runtime.policy import ExitReason
+
 
 class _Rec(Protocol):
     arrival: float
     finish: float
     tokens: int
     correct: bool
-    exit_reason: str
+    exit_reason: ExitReason
 
     @property
     def latency(self) -> float: ...

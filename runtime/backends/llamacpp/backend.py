@@ -192,6 +192,11 @@ class LlamaCppSequence(BackendSequence):
         self._probes = itertools.count()
         self._closed = False
 
+    @property
+    def token_ids(self) -> list[int]:
+        """The token ids this sequence has decoded so far (probes rolled back are not among them)."""
+        return list(self._job.out)
+
     async def extend(self, max_new_tokens: int) -> GenResult:
         n = min(max_new_tokens, self.req.max_tokens - self.tokens)
         if self.finished or self._closed or n <= 0:

@@ -38,8 +38,7 @@ from typing import Any
 
 from certa.runtime.errors import BackendError, ConfigError
 from certa.runtime.types import Capabilities, GenRequest, GenResult, ScoreRequest, ScoreResult
-from certa.runtime.backends.base import Backend
-from certa.runtime.backends.http_common import StreamState, probs_from_top, where, wire_rid
+from certa.runtime.backends.http_common import StreamingBackend, StreamState, probs_from_top, where, wire_rid
 from certa.runtime.backends.sglang.protocol import (PRIORITY_POLICIES, SeedNotice, abort_error, parse_native,
                                                     sampling_params, sglang_priority)
 
@@ -50,7 +49,7 @@ ENGINE_DEFAULTS: dict[str, Any] = {
 }
 
 
-class SGLangEngineBackend(Backend):
+class SGLangEngineBackend(StreamingBackend):
     """Backend over an in-process ``sglang.Engine``.
 
     Args:
@@ -162,7 +161,7 @@ class SGLangEngineBackend(Backend):
             raise BackendError(f"sglang engine rejected request {req.rid!r}: {exc}", retryable=False,
                                **where(req)) from None
 
-    async def _run(self, req: GenRequest, top: int = 0,
+    async def run_stream(self, req: GenRequest, top: int = 0,
                    on_text: Callable[[str], None] | None = None) -> tuple[StreamState, bool]:
         if not req.rid:
             raise BackendError("request has no rid", **where(req))
@@ -191,15 +190,6 @@ class SGLangEngineBackend(Backend):
         return st, False
 
     # ---- protocol ---------------------------------------------------------------------------
-    async def generate(self, req: GenRequest) -> GenResult:
-        st, aborted = await self._run(req)
-        return st.result(req, aborted)
-
-    async def generate_stream(self, req: GenRequest, on_text: Callable[[str], None]) -> GenResult:
-        """``generate``, handing each streamed text delta to ``on_text`` as the engine yields it."""
-        st, aborted = await self._run(req, on_text=on_text)
-        return st.result(req, aborted)
-
     async def abort(self, rid: str) -> bool:
         entry = self._live.pop(rid, None)
         if entry is None:
@@ -217,7 +207,7 @@ class SGLangEngineBackend(Backend):
         """P(option) from the first token's top logprobs; the base fallback if none match."""
         g = GenRequest(prompt=req.prompt, max_tokens=1, temperature=0.0, rid=req.rid, program_id=req.program_id,
                        step=req.step, branch=req.branch, priority=req.priority, kind="score", chat=req.chat)
-        st, aborted = await self._run(g, top=max(self.score_top_logprobs, 1))
+        st, aborted = await self.run_stream(g, top=max(self.score_top_logprobs, 1))
         if aborted:
             return ScoreResult(probs={o: 1.0 / len(req.options) for o in req.options}, tokens=0, rid=req.rid)
         probs = probs_from_top(st.first_top or {}, req.options)

@@ -2,8 +2,8 @@
 
 Plain functions for other front ends: :func:`simulate_workload` (the online SLO experiment
 of :mod:`certa.simulation.sweep`, optionally writing JSON and PNG plots),
-:func:`fit_records` (fit ``t = a + b·N + c·K + d·P`` to an iteration log) and
-:func:`plot_sweep`.
+:func:`fit_records` (fit ``t = a + b·N + c·K + d·P`` to an iteration log); the plots are
+:func:`certa.viz.plots.plot_sweep`.
 
 Example:
     certa sim simulate --workload traces.jsonl --policies fcfs,lpm,app-fifo,certa --json out.json
@@ -20,12 +20,13 @@ from typing import Any, Optional
 
 import typer
 
-from certa.cli_errors import fail
+from certa.cli.errors import fail
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 from certa.runtime.errors import CertaError, ConfigError
+from certa.viz.plots import plot_sweep
 from certa.runtime.sim.cost_model import load_records
 from certa.runtime.sim.fit import FitReport, fit_cost_model
 from certa.eval.traces import load_traces
@@ -38,10 +39,6 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
                        "cost-model fitting.\n\nExample: certa sim simulate --policies fcfs,certa --json out.json")
 out = Console()
 err = Console(stderr=True)
-
-POLICY_COLORS = {"fcfs": "#6b7280", "lpm": "#0891b2", "app-fifo": "#ca8a04", "certa-nocd": "#9333ea",
-                 "certa": "#dc2626"}
-
 
 def simulate_workload(workload: str | pathlib.Path | None, policies: Sequence[str], *,
                       json_out: str | pathlib.Path | None = None, png_dir: str | pathlib.Path | None = None,
@@ -70,67 +67,6 @@ def simulate_workload(workload: str | pathlib.Path | None, policies: Sequence[st
     if png_dir is not None:
         result["plots"] = [str(p) for p in plot_sweep(result, png_dir)]
     return result
-
-
-def plot_sweep(result: dict[str, Any], out_dir: str | pathlib.Path, prefix: str = "") -> list[pathlib.Path]:
-    """Write attainment-vs-rate, attainment-vs-SLO-scale, latency and fairness-CDF PNGs."""
-    from certa.plots import new_figure, save_figure
-
-    d = pathlib.Path(out_dir)
-    pols = list(result["rate_sweep"])
-    title = f"{result['preset']['model']} on {result['preset']['hardware']} (SIMULATED, estimated costs)"
-    paths = []
-
-    def fig_for(name: str, xlabel: str, ylabel: str, logx: bool = False):
-        fig = new_figure(6.4, 4.0)
-        ax = fig.add_subplot()
-        ax.set_xlabel(xlabel)
-        ax.set_ylabel(ylabel)
-        ax.set_title(title, fontsize=9)
-        if logx:
-            ax.set_xscale("log")
-        ax.grid(alpha=0.3)
-        return fig, ax
-
-    fig, ax = fig_for("rate", "arrival rate (programs/s)", "SLO attainment", logx=True)
-    for p in pols:
-        rows = result["rate_sweep"][p]
-        ax.plot([r["rate"] for r in rows], [r["attainment"] for r in rows], marker="o", ms=3,
-                color=POLICY_COLORS.get(p), label=f"{p} (max {_fmt(result['max_rate'].get(p))}/s)")
-    ax.axhline(result["spec"]["target"], ls="--", color="k", lw=0.8)
-    ax.set_ylim(-0.02, 1.02)
-    ax.legend(fontsize=8)
-    paths.append(save_figure(fig, d / f"{prefix}attainment_vs_rate.png"))
-
-    fig, ax = fig_for("lat", "arrival rate (programs/s)", "P90 latency (s)", logx=True)
-    for p in pols:
-        rows = result["rate_sweep"][p]
-        ax.plot([r["rate"] for r in rows], [r["latency"]["p90"] for r in rows], marker="o", ms=3,
-                color=POLICY_COLORS.get(p), label=p)
-    ax.set_yscale("log")
-    ax.legend(fontsize=8)
-    paths.append(save_figure(fig, d / f"{prefix}latency_vs_rate.png"))
-
-    slo = result["slo_sweep"]
-    fig, ax = fig_for("slo", f"SLO scale (at {slo['rate']:.3g} programs/s)", "SLO attainment")
-    for p in pols:
-        ax.plot(slo["scales"], slo["attainment"][p], marker="o", ms=3, color=POLICY_COLORS.get(p), label=p)
-    ax.axhline(result["spec"]["target"], ls="--", color="k", lw=0.8)
-    ax.set_ylim(-0.02, 1.02)
-    ax.legend(fontsize=8)
-    paths.append(save_figure(fig, d / f"{prefix}attainment_vs_slo.png"))
-
-    fig, ax = fig_for("ftf", "latency / decode tokens (s per token)", "fraction of programs", logx=True)
-    for p in pols:
-        pts = slo["fairness"][p]["cdf"]
-        ax.step([x for x, _ in pts], [y for _, y in pts], where="post", color=POLICY_COLORS.get(p), label=p)
-    ax.legend(fontsize=8)
-    paths.append(save_figure(fig, d / f"{prefix}fairness_cdf.png"))
-    return [p for p in paths if p is not None]
-
-
-def _fmt(rate: float | None) -> str:
-    return "-" if rate is None else f"{rate:.3g}"
 
 
 def fit_records(records: str | pathlib.Path, json_out: str | pathlib.Path | None = None, *,

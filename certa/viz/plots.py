@@ -1,5 +1,6 @@
 """Plots (matplotlib, imported lazily): certaindex trajectories of runs, tokens vs accuracy of a
-token benchmark, SLO attainment of a serving-simulator sweep.
+token benchmark, SLO attainment of a serving-simulator sweep (one figure, or the four PNGs of
+``certa sim simulate --png``).
 
 Every function returns a matplotlib ``Figure`` (it shows inline in Jupyter) and, given a
 ``path``, also writes it there (``.png`` or ``.svg``, chosen by the suffix). Install with
@@ -29,7 +30,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
     from certa.runtime.result import Result
 
-__all__ = ["new_figure", "plot_certaindex", "plot_slo", "plot_tokens_accuracy", "save_figure"]
+__all__ = ["new_figure", "plot_certaindex", "plot_slo", "plot_sweep", "plot_tokens_accuracy", "policy_color",
+           "save_figure"]
 
 PALETTE = ("#2563eb", "#ea580c", "#16a34a", "#9333ea", "#dc2626", "#0891b2", "#ca8a04", "#db2777")
 
@@ -99,6 +101,14 @@ def _threshold_value(threshold: Any) -> dict[str, float]:
     if isinstance(tau, dict):
         return {str(k): float(v) for k, v in tau.items()}
     raise ConfigError(f"threshold must be a number, a dict or a policy with tau, not {type(threshold).__name__}")
+
+
+def _sections(data: dict[str, Any], *keys: str, what: str, hint: str) -> list[dict[str, Any]]:
+    """The named sections of a result a plot reads (ConfigError naming them when one is missing)."""
+    found = [data.get(k) if isinstance(data, dict) else None for k in keys]
+    if not all(isinstance(f, dict) for f in found):
+        raise ConfigError(f"expected {what} with " + " and ".join(f"'{k}'" for k in keys), hint=hint)
+    return found  # type: ignore[return-value]
 
 
 def _knob_positions(pts: Sequence[Any]) -> list[float]:
@@ -189,9 +199,7 @@ def plot_tokens_accuracy(report: dict[str, Any], path: str | os.PathLike[str] | 
     curve (thin) with the calibrated choice as a star, labelled with its token ratio and
     accuracy change against baseline-even at the full budget.
     """
-    methods = report.get("methods")
-    if not isinstance(methods, dict):
-        raise ConfigError("expected a token benchmark report with 'methods'", hint="from bench_tokens(...)")
+    methods, = _sections(report, "methods", what="a token benchmark report", hint="from bench_tokens(...)")
     fig = new_figure(7.2, 4.6)
     ax = fig.add_subplot()
     for i, (name, m) in enumerate(methods.items()):
@@ -219,20 +227,18 @@ def plot_tokens_accuracy(report: dict[str, Any], path: str | os.PathLike[str] | 
 
 def plot_slo(result: dict[str, Any], path: str | os.PathLike[str] | None = None, *,
              title: str | None = None) -> "Figure":
-    """SLO attainment vs arrival rate and vs SLO scale, one line per scheduling policy.
+    """SLO attainment vs arrival rate and vs SLO scale, one line per scheduling policy (its registered colour).
 
     ``result`` is what :func:`certa.simulation.sweep.run_sweep` returns (the JSON of
     ``certa sim simulate``). The dashed line is the attainment target (90% by default).
     """
-    sweep, slo = result.get("rate_sweep"), result.get("slo_sweep")
-    if not isinstance(sweep, dict) or not isinstance(slo, dict):
-        raise ConfigError("expected a simulator sweep result with 'rate_sweep' and 'slo_sweep'",
-                          hint="from run_sweep(...) or certa sim simulate --json")
+    sweep, slo = _sections(result, "rate_sweep", "slo_sweep", what="a simulator sweep result",
+                           hint="from run_sweep(...) or certa sim simulate --json")
     target = result.get("spec", {}).get("target", 0.9)
     fig = new_figure(11.0, 4.0)
     left, right = fig.add_subplot(1, 2, 1), fig.add_subplot(1, 2, 2)
     for i, (pol, rows) in enumerate(sweep.items()):
-        color = PALETTE[i % len(PALETTE)]
+        color = policy_color(pol) or PALETTE[i % len(PALETTE)]  # each policy in its registered colour
         best = result.get("max_rate", {}).get(pol)
         left.plot([r["rate"] for r in rows], [r["attainment"] for r in rows], marker="o", ms=3, color=color,
                   label=f"{pol} (max {best:.3g}/s)" if best else pol)
@@ -252,3 +258,70 @@ def plot_slo(result: dict[str, Any], path: str | os.PathLike[str] | None = None,
     fig.tight_layout()
     save_figure(fig, path)
     return fig
+
+
+def policy_color(name: str) -> str | None:
+    """A scheduling policy's colour in plots: its ``color`` in the registry (None: matplotlib's choice)."""
+    from certa.runtime.scheduling.policies import POLICIES
+    return POLICIES.meta(name, "color") if name in POLICIES else None
+
+
+def plot_sweep(result: dict[str, Any], out_dir: str | pathlib.Path, prefix: str = "") -> list[pathlib.Path]:
+    """Write attainment-vs-rate, attainment-vs-SLO-scale, latency and fairness-CDF PNGs of a
+    :func:`~certa.simulation.sweep.run_sweep` result (``certa sim simulate --png``), each policy in
+    its registered colour (:func:`policy_color`)."""
+    d = pathlib.Path(out_dir)
+    pols = list(result["rate_sweep"])
+    title = f"{result['preset']['model']} on {result['preset']['hardware']} (SIMULATED, estimated costs)"
+    paths = []
+
+    def fig_for(name: str, xlabel: str, ylabel: str, logx: bool = False):
+        fig = new_figure(6.4, 4.0)
+        ax = fig.add_subplot()
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(ylabel)
+        ax.set_title(title, fontsize=9)
+        if logx:
+            ax.set_xscale("log")
+        ax.grid(alpha=0.3)
+        return fig, ax
+
+    fig, ax = fig_for("rate", "arrival rate (programs/s)", "SLO attainment", logx=True)
+    for p in pols:
+        rows = result["rate_sweep"][p]
+        ax.plot([r["rate"] for r in rows], [r["attainment"] for r in rows], marker="o", ms=3,
+                color=policy_color(p), label=f"{p} (max {_fmt(result['max_rate'].get(p))}/s)")
+    ax.axhline(result["spec"]["target"], ls="--", color="k", lw=0.8)
+    ax.set_ylim(-0.02, 1.02)
+    ax.legend(fontsize=8)
+    paths.append(save_figure(fig, d / f"{prefix}attainment_vs_rate.png"))
+
+    fig, ax = fig_for("lat", "arrival rate (programs/s)", "P90 latency (s)", logx=True)
+    for p in pols:
+        rows = result["rate_sweep"][p]
+        ax.plot([r["rate"] for r in rows], [r["latency"]["p90"] for r in rows], marker="o", ms=3,
+                color=policy_color(p), label=p)
+    ax.set_yscale("log")
+    ax.legend(fontsize=8)
+    paths.append(save_figure(fig, d / f"{prefix}latency_vs_rate.png"))
+
+    slo = result["slo_sweep"]
+    fig, ax = fig_for("slo", f"SLO scale (at {slo['rate']:.3g} programs/s)", "SLO attainment")
+    for p in pols:
+        ax.plot(slo["scales"], slo["attainment"][p], marker="o", ms=3, color=policy_color(p), label=p)
+    ax.axhline(result["spec"]["target"], ls="--", color="k", lw=0.8)
+    ax.set_ylim(-0.02, 1.02)
+    ax.legend(fontsize=8)
+    paths.append(save_figure(fig, d / f"{prefix}attainment_vs_slo.png"))
+
+    fig, ax = fig_for("ftf", "latency / decode tokens (s per token)", "fraction of programs", logx=True)
+    for p in pols:
+        pts = slo["fairness"][p]["cdf"]
+        ax.step([x for x, _ in pts], [y for _, y in pts], where="post", color=policy_color(p), label=p)
+    ax.legend(fontsize=8)
+    paths.append(save_figure(fig, d / f"{prefix}fairness_cdf.png"))
+    return [p for p in paths if p is not None]
+
+
+def _fmt(rate: float | None) -> str:
+    return "-" if rate is None else f"{rate:.3g}"

@@ -1,6 +1,6 @@
 """``certa run``: a program over a dataset, with progress from the first second and a summary.
 
-Registered on the main app by :mod:`certa.cli`. Progress goes to stderr (:mod:`certa.progress`);
+Registered on the main app by :mod:`certa.cli`. Progress goes to stderr (:mod:`certa.cli.progress`);
 the report (problems, summary) to stdout.
 
 Example:
@@ -21,9 +21,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from rich.console import Console
 from rich.table import Table
 
-from certa.cli_choices import (BACKEND_HELP, PROGRAM_HELP, SCHEDULER_HELP, auto_backend, backend_options, check_backend,
-                               make_runtime, parse_backend_opts)
-from certa.cli_errors import fail
+from certa.cli.options import BACKEND_HELP, PROGRAM_HELP, SCHEDULER_HELP, check_backend, parse_backend_opts
+from certa.cli.errors import fail
+from certa.runtime.backends.registry import auto_backend
+from certa.runtime.build import make_runtime
 from certa.runtime.errors import CertaError, ConfigError
 
 __all__ = ["load_policy", "run"]
@@ -180,7 +181,7 @@ def _run(target, dataset, idx, limit, backend, model, url, policy, scheduler, co
          verbose: bool = False, cap: int | None = None, final: bool = False) -> None:
     from certa.batch import Journal, exit_if_interrupt_stalls, run_dataset
     from certa.eval.datasets import load_dataset
-    from certa.progress import RunProgress
+    from certa.cli.progress import RunProgress
     from certa.recording import Recorder
 
     check_backend(backend)  # a --backend typo is the error shown, not a missing data directory
@@ -188,7 +189,7 @@ def _run(target, dataset, idx, limit, backend, model, url, policy, scheduler, co
     program = _load_program(target, policy, cap)
     problems = load_dataset(dataset, idx=idx, limit=limit, sample_fallback=_note, allow_reserved=final,
                             allow_with="--final")
-    backend = auto_backend() if backend == "auto" else backend
+    backend = auto_backend() if backend == "auto" else backend  # named now: the header and the summary show it
     name, loading = (backend, f"starting backend {backend}")
     if backend == "llamacpp":
         engine.update({"verbose": verbose, **({"n_threads": threads} if threads else {})})
@@ -204,7 +205,7 @@ def _run(target, dataset, idx, limit, backend, model, url, policy, scheduler, co
     try:
         with RunProgress(len(problems), console) as progress:
             progress.phase(loading)
-            runtime = make_runtime(backend, model, scheduler, **{**engine, **backend_options(backend, None, url)})
+            runtime = make_runtime(backend, model=model, url=url, scheduler=scheduler, **engine)
             recorder = Recorder.attach(runtime, record) if record else None
             progress.watch(runtime)
             batch = run_dataset(program, problems, runtime, concurrency=concurrency, journal=jr,

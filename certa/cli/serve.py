@@ -14,9 +14,8 @@ from typing import Any, List, Optional
 import typer
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from certa.algorithms.programs.library import PROGRAMS
-from certa.runtime.backends.registry import BACKENDS
-from certa.runtime.scheduling.policies import POLICIES
+from certa.cli.errors import console, fail
+from certa.cli.options import BACKEND_HELP, PROGRAM_HELP, SCHEDULER_HELP, parse_backend_opts
 
 __all__ = ["serve"]
 
@@ -28,7 +27,7 @@ class _ServeOptions(BaseModel):
     port: int = Field(ge=0, le=65535)
     max_concurrent: Optional[int] = Field(default=None, ge=1)
     max_knob: Optional[int] = Field(default=None, ge=1)
-    max_tokens: Optional[int] = Field(default=None, ge=1)
+    max_token_budget: Optional[int] = Field(default=None, ge=1)
     max_inflight: Optional[int] = Field(default=None, ge=1)
     max_request_seconds: Optional[float] = Field(default=None, gt=0, allow_inf_nan=False)
     shutdown_timeout: float = Field(ge=0)
@@ -41,21 +40,23 @@ class _ServeOptions(BaseModel):
 
 
 def serve(
-    program: List[str] = typer.Option(["sc"], "--program", help=f"built-in program ({PROGRAMS.choices()}) or "
-                                      "FILE.py:graph; repeat to serve several (the request's model picks one)"),
-    backend: str = typer.Option("auto", help=f"auto, {BACKENDS.choices()}"),
+    program: List[str] = typer.Option(["sc"], "--program", help=f"{PROGRAM_HELP}; repeat to serve several (the "
+                                      "request's model picks one)"),
+    backend: str = typer.Option("auto", help=BACKEND_HELP),
     model: Optional[str] = typer.Option(None, help="GGUF path or model name (llamacpp), model path (sglang)"),
     url: Optional[str] = typer.Option(None, help="server URL(s), comma-separated (openai, sglang-http)"),
     backend_opt: List[str] = typer.Option([], "--backend-opt", help="extra backend option KEY=VALUE (VALUE as "
                                           "JSON if it parses), repeatable, e.g. --backend-opt max_in_flight=8"),
     host: str = typer.Option("127.0.0.1", help="address to bind (loopback by default)"),
     port: int = typer.Option(8000, help="port to bind"),
-    scheduler: str = typer.Option("certa", help=f"{POLICIES.choices()} (one for all requests)"),
+    scheduler: str = typer.Option("certa", help=f"{SCHEDULER_HELP} (one for all requests)"),
     max_concurrent: Optional[int] = typer.Option(None, help="programs running at once; more get 429"),
     max_knob: Optional[int] = typer.Option(4096, help="largest knob cap (and knob-unit policy field) a request "
                                            "may ask for (else 400); also clamps a program's own cap"),
-    max_tokens: Optional[int] = typer.Option(None, help="largest max_tokens a request may ask for (else 400); "
-                                             "also the default token budget"),
+    max_token_budget: Optional[int] = typer.Option(None, "--max-token-budget", "--max-tokens",
+                                                   help="largest decode-token budget (a request's max_tokens) a "
+                                                   "request may ask for (else 400); also the default budget "
+                                                   "(--max-tokens: its old name)"),
     max_inflight: Optional[int] = typer.Option(None, help="backend requests admitted at once; the scheduler "
                                                "orders the rest"),
     max_request_seconds: Optional[float] = typer.Option(600.0, help="wall-time limit of one request: a program "
@@ -75,19 +76,19 @@ def serve(
     keep_alive_timeout: float = typer.Option(5.0, help="seconds an idle keep-alive connection stays open"),
     max_connections: int = typer.Option(1024, help="open connections at once; past it requests get 503"),
     max_header_bytes: int = typer.Option(64 << 10, help="largest request head in bytes (more: 400)"),
-    preset: Optional[str] = typer.Option(None, help="--backend sim: the simulated GPU x model (cost model and KV "
-                                         "pool, ESTIMATES; default h200-r1-distill-qwen-7b)"),
+    sim_preset: Optional[str] = typer.Option(None, "--sim-preset", "--preset", help="--backend sim: the simulated "
+                                             "GPU x model (cost model and KV pool, ESTIMATES; default "
+                                             "h200-r1-distill-qwen-7b; --preset: its old name)"),
     speed: Optional[float] = typer.Option(None, help="--backend sim: engine seconds per wall second (default 1)"),
 ) -> None:
     """Serve reasoning programs behind an OpenAI-compatible API with certaindex early exit.
 
     Example: certa serve --program sc --backend scripted --port 8000
     """
-    from certa.cli import _fail, console
     from certa.runtime.errors import CertaError, ConfigError
     try:
         try:
-            _ServeOptions(port=port, max_concurrent=max_concurrent, max_knob=max_knob, max_tokens=max_tokens,
+            _ServeOptions(port=port, max_concurrent=max_concurrent, max_knob=max_knob, max_token_budget=max_token_budget,
                           max_inflight=max_inflight, max_request_seconds=max_request_seconds,
                           shutdown_timeout=shutdown_timeout, answer_format=answer_format,
                           header_timeout=header_timeout, body_timeout=body_timeout,
@@ -96,12 +97,12 @@ def serve(
         except ValidationError as exc:
             err = exc.errors()[0]
             raise ConfigError(f"--{str(err['loc'][0]).replace('_', '-')}: {err['msg']}") from None
-        sim = {k: v for k, v in (("preset", preset), ("speed", speed)) if v is not None}
+        sim = {k: v for k, v in (("preset", sim_preset), ("speed", speed)) if v is not None}
         if sim and backend != "sim":
-            raise ConfigError("--preset and --speed are options of --backend sim")
+            raise ConfigError("--sim-preset and --speed are options of --backend sim")
         backend_opt = [*backend_opt, *(f"{k}={v}" for k, v in sim.items())]
         server = _build_server(program, backend, model, url, backend_opt, scheduler, max_concurrent=max_concurrent,
-                               max_knob=max_knob, max_tokens=max_tokens, max_inflight=max_inflight,
+                               max_knob=max_knob, max_token_budget=max_token_budget, max_inflight=max_inflight,
                                max_request_s=max_request_seconds, answer_format=answer_format)
         logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         console.print(f"serving [bold]{', '.join(server.models)}[/bold] on http://{host}:{port}/v1 with backend "
@@ -113,20 +114,14 @@ def serve(
         run(server, host, port, shutdown_timeout=shutdown_timeout, log_level=log_level, connections=connections,
             **security_options(host, api_key, api_key_file, public_metrics, warn=console.print))
     except (CertaError, OSError) as exc:
-        _fail(exc, debug)
+        fail(exc, debug)
 
 
 def _build_server(programs: List[str], backend: str, model: Optional[str], url: Optional[str],
                   backend_opts: List[str], scheduler: str, **limits: Any):
-    from certa.cli_choices import auto_backend, backend_options, parse_backend_opts
+    """The Server ``certa serve`` runs (its Runtime built by :func:`~certa.runtime.build.make_runtime`)."""
     from certa.serve import Server
-    if backend == "auto":
-        backend = auto_backend()
-    opts: dict[str, Any] = {**parse_backend_opts(backend_opts), **backend_options(backend, model, url)}
     from certa.serve.programs import served_programs
     specs = served_programs(programs)  # a file's program is served under its graph's name
-    try:
-        return Server(specs, backend, scheduler=scheduler, **limits, **opts)
-    except TypeError as exc:  # an option the backend does not take
-        from certa.runtime.errors import ConfigError
-        raise ConfigError(f"bad option for backend {backend!r}: {exc}", hint="see docs/backends.md") from None
+    return Server(specs, backend, scheduler=scheduler, model=model, url=url, **limits,
+                  **parse_backend_opts(backend_opts))

@@ -2,7 +2,7 @@
 
 The tree is the plain data the programs keep in ``state.nodes`` (a list of
 :class:`certa.algorithms.programs.tree.Node`, ``nodes[0]`` the root). Use it through
-:mod:`certa.drawing` (``from certa.drawing import draw_tree``).
+:mod:`certa.viz.drawing` (``from certa.viz.drawing import draw_tree``).
 
 Example:
     >>> from certa.algorithms.programs.tree import Node, grow
@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from certa.runtime.errors import ConfigError
 
-from certa.plots import new_figure, save_figure
+from certa.viz.plots import new_figure, save_figure
 
 if TYPE_CHECKING:  # pragma: no cover
     from matplotlib.figure import Figure

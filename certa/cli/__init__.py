@@ -7,20 +7,17 @@ import os
 import sys
 
 import typer
-from rich.console import Console
 
 from certa.algorithms.programs.library import PROGRAMS
-from certa.cli_choices import registry_epilog
-from certa.cli_errors import error_line, fail
-from certa.cli_run import load_policy
-from certa.cli_run import run as _run_command
+from certa.cli.options import registry_epilog
+from certa.cli.errors import console, error_line
+from certa.cli.run import run as _run_command
 from certa.runtime.backends.registry import BACKENDS
 from certa.runtime.scheduling.policies import POLICIES
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="certa: declarative LLM reasoning programs with certaindex early exit.\n\n"
                        "Example: certa run sc --dataset gsm8k --limit 2 --backend scripted")
-console = Console(stderr=True)
 
 
 def _print_version(value: bool) -> None:
@@ -36,13 +33,8 @@ def _root(version: bool = typer.Option(False, "--version", is_eager=True, callba
     """certa: declarative LLM reasoning programs with certaindex early exit."""
 
 
-_fail = fail
-_error_line = error_line
-
-
 app.command("run", epilog=registry_epilog(("Programs", PROGRAMS), ("Backends", BACKENDS),
                                          ("Schedulers", POLICIES)))(_run_command)
-_load_policy = load_policy  # benchmarks/live_vs_replay.py and the tests load policy files through here
 
 
 def _mount(module: str, name: str, help_text: str) -> None:
@@ -55,17 +47,17 @@ def _mount(module: str, name: str, help_text: str) -> None:
     app.add_typer(sub.app, name=name, help=own if isinstance(own, str) and "Example" in own else help_text)
 
 
-_mount("certa.cli_models", "models", "Find, assemble and verify model files.\n\nExample: certa models list")
-_mount("certa.cli_sim", "sim", "Serving simulator: simulate workloads, fit the cost model.")
+_mount("certa.cli.models", "models", "Find, assemble and verify model files.\n\nExample: certa models list")
+_mount("certa.cli.sim", "sim", "Serving simulator: simulate workloads, fit the cost model.")
 try:  # certa calibrate, certa bench tokens, certa traces collect
-    from certa import cli_eval as _eval
+    from certa.cli import eval as _eval
     app.command("calibrate")(_eval.calibrate)
     app.add_typer(_eval.bench_app, name="bench", help=_eval.BENCH_HELP)
     app.add_typer(_eval.traces_app, name="traces", help=_eval.TRACES_HELP)
 except ImportError:  # pragma: no cover
     pass
 try:  # certa serve
-    from certa.cli_serve import serve as _serve
+    from certa.cli.serve import serve as _serve
     app.command("serve", epilog=registry_epilog(("Programs", PROGRAMS), ("Backends", BACKENDS),
                                                 ("Schedulers", POLICIES)))(_serve)
 except ImportError:  # pragma: no cover
@@ -85,14 +77,14 @@ def main(argv: list[str] | None = None) -> None:
         if hasattr(exc, "format_message") and hasattr(exc, "exit_code"):  # click's UsageError / ClickException
             if type(exc).__name__ != "NoArgsIsHelpError":  # (that one has printed the help already)
                 ctx = getattr(exc, "ctx", None)
-                _error_line(exc.format_message(), f"see '{ctx.command_path} --help'" if ctx is not None else None)
+                error_line(exc.format_message(), f"see '{ctx.command_path} --help'" if ctx is not None else None)
             sys.exit(exc.exit_code)
         if type(exc).__name__ == "Abort":
             console.print("[yellow]aborted[/yellow]")
             sys.exit(1)
         if "--debug" in args:
             raise
-        _error_line(f"{type(exc).__name__}: {exc}", "rerun with --debug for the full traceback")
+        error_line(f"{type(exc).__name__}: {exc}", "rerun with --debug for the full traceback")
         sys.exit(1)
     sys.exit(code if isinstance(code, int) else 0)
 

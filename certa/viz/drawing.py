@@ -3,7 +3,7 @@
 ``program.draw()`` gives Mermaid text (rendered by Jupyter and GitHub); this module draws
 the same graph with networkx + matplotlib (imported lazily; ``pip install 'certa[plot]'``),
 so drawings also work in scripts, CI and docs. The certaindex trajectory plot is
-:func:`certa.plots.plot_certaindex`, re-exported here.
+:func:`certa.viz.plots.plot_certaindex`, re-exported here.
 
 - :func:`draw_png` / :func:`draw_svg` / :func:`draw_graph` — a compiled graph: steps (knob
   step in orange, fan-out ×n), static edges solid, conditional edges dashed with the router's
@@ -31,8 +31,8 @@ from certa.dsl.drawing import step_label_parts
 from certa.dsl.graph import END, START
 from certa.runtime.errors import ConfigError
 
-from certa.plots import new_figure, plot_certaindex, save_figure
-from certa.tree_drawing import chosen_path, draw_tree, tree_layout
+from certa.viz.plots import new_figure, plot_certaindex, save_figure
+from certa.viz.tree_drawing import chosen_path, draw_tree, tree_layout
 
 if TYPE_CHECKING:  # pragma: no cover
     from matplotlib.figure import Figure

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import typer
 
-from certa.cli_errors import fail
+from certa.cli.errors import fail
 
 from certa.runtime import models
 from certa.runtime.model_source import verify_parts

@@ -22,7 +22,7 @@ from typing import Any, Optional
 import typer
 from rich.console import Console
 
-from certa.cli_errors import error_line, fail
+from certa.cli.errors import fail
 from certa.runtime.errors import CertaError, ConfigError
 
 console = Console(stderr=True)
@@ -40,8 +40,6 @@ _PROGRAM = typer.Option(..., "--program", help="sc, cot or sc-cot (SC over CoT c
 _TRACES = typer.Option(..., "--traces", help="trace file (JSONL, the documented trace format)")
 
 
-_fail = fail
-_error_line = error_line
 
 
 def _program(name: str, allowed: tuple[str, ...] = ("sc", "cot")) -> str:
@@ -99,7 +97,7 @@ def calibrate(
         result["traces"] = str(traces)
         _write_json(out_path, result)
     except (CertaError, OSError) as exc:
-        _fail(exc, debug)
+        fail(exc, debug)
     c, h = result["calibration"], result["heldout"]
     typer.echo(f"policy {json.dumps(result['policy'])} program {json.dumps(result['program'])}")
     typer.echo(f"calibration ({c['problems']} problems): accuracy {c['accuracy']:.3f} "
@@ -143,28 +141,29 @@ def bench_tokens(
     reps: int = typer.Option(1000, help="bootstrap resamples"),
     policy: Optional[list[str]] = typer.Option(None, "--policy", help="SC: score this fixed policy file on the "
                                                "whole trace file, no calibration (repeatable)"),
-    preset: Optional[list[str]] = typer.Option(None, "--preset", help="SC: score a shipped policy by name "
-                                               "(sc-default, weighted-vote, esc, adaptive-consistency, certa-threshold; repeatable)"),
+    shipped: Optional[list[str]] = typer.Option(None, "--shipped", "--preset", help="SC: score a shipped policy by "
+                                                "name (sc-default, weighted-vote, esc, adaptive-consistency, "
+                                                "certa-threshold; repeatable; --preset: its old name)"),
     final: bool = typer.Option(False, "--final", help="score every row, reserved ones too (SC: with "
-                                                      "--policy/--preset; probe banks: cot, sc-cot): a final report"),
+                                                      "--policy/--shipped; probe banks: cot, sc-cot): a final report"),
     chains: Optional[int] = typer.Option(None, help="sc-cot: chains per problem (default: all of each problem's)"),
     debug: bool = typer.Option(False, help="show full tracebacks"),
 ) -> None:
     """Token-vs-accuracy curves and iso-accuracy savings of every method on the held-out split;
-    with --policy/--preset (SC), fixed policies scored on the whole file beside the baselines;
+    with --policy/--shipped (SC), fixed policies scored on the whole file beside the baselines;
     on a probe bank (cot, sc-cot), the fixed defaults and their peers on every chain.
 
     Example: certa bench tokens --program sc --traces t.jsonl --json sc.json --png sc.png
-    Example: certa bench tokens --program sc --traces t.jsonl --preset sc-default --policy p.json --json f.json
+    Example: certa bench tokens --program sc --traces t.jsonl --shipped sc-default --policy p.json --json f.json
     Example: certa bench tokens --program cot --traces Qwen3-8B_amc23.jsonl.gz --json cot.json
     """
     orders = orders if orders is not None else 20 if program == "sc" else 1
-    if program in ("cot", "sc-cot") and not (policy or preset):
+    if program in ("cot", "sc-cot") and not (policy or shipped):
         if _bench_bank(program, traces, json_out, final=final, chains=chains, seed=seed, reps=reps, dataset=dataset,
                        debug=debug):
             return
-    if policy or preset or final:
-        _bench_fixed(program, traces, json_out, png, policy or [], preset or [], final, seed=seed, orders=orders,
+    if policy or shipped or final:
+        _bench_fixed(program, traces, json_out, png, policy or [], shipped or [], final, seed=seed, orders=orders,
                      dataset=dataset, reps=reps, debug=debug)
         return
     try:
@@ -173,7 +172,7 @@ def bench_tokens(
                            dataset=dataset, reps=reps)
         _write_report(report, traces, json_out, png, plot)
     except (CertaError, OSError) as exc:
-        _fail(exc, debug)
+        fail(exc, debug)
     typer.echo(f"{report['program']}: {report['heldout_problems']} held-out of {report['problems']} problems "
               f"({', '.join(report['models'])})")
     for name, m in report["methods"].items():
@@ -190,22 +189,22 @@ def bench_tokens(
     typer.echo(f"wrote {json_out}" + (f" and {png}" if png else ""))
 
 
-def _bench_fixed(program: str, traces: str, json_out: str, png: Optional[str], files: list[str], presets: list[str],
+def _bench_fixed(program: str, traces: str, json_out: str, png: Optional[str], files: list[str], shipped: list[str],
                  final: bool, **kw: Any) -> None:
-    """``certa bench tokens --policy/--preset``: fixed SC policies on the whole file (no calibration)."""
+    """``certa bench tokens --policy/--shipped``: fixed SC policies on the whole file (no calibration)."""
     debug = kw.pop("debug")
     try:
         if _program(program) != "sc":
-            raise ConfigError("--policy/--preset/--final score fixed SC policies", hint="use --program sc")
-        if not files and not presets:
-            raise ConfigError("--final scores fixed policies only", hint="add --policy FILE or --preset NAME")
-        from certa.eval.bench_fixed import bench_fixed, load_policy, plot_fixed, preset
-        chosen = {name: preset(name) for name in presets}
+            raise ConfigError("--policy/--shipped/--final score fixed SC policies", hint="use --program sc")
+        if not files and not shipped:
+            raise ConfigError("--final scores fixed policies only", hint="add --policy FILE or --shipped NAME")
+        from certa.eval.bench_fixed import bench_fixed, load_policy, plot_fixed, shipped_policy
+        chosen = {name: shipped_policy(name) for name in shipped}
         chosen |= {Path(f).stem if Path(f).stem not in chosen else f: load_policy(f) for f in files}
         report = bench_fixed(_load(traces), chosen, final=final, **kw)
         _write_report(report, traces, json_out, png, plot_fixed)
     except (CertaError, OSError) as exc:
-        _fail(exc, debug)
+        fail(exc, debug)
     if final:
         typer.echo("FINAL REPORT: fixed policies on every row of the file, reserved rows allowed; "
                    "nothing was tuned here")
@@ -243,7 +242,7 @@ def _bench_bank(program: str, traces: str, json_out: str, *, final: bool, chains
             report = bench_chains(problems, final=final, **kw)
         _write_report(report, traces, json_out, None, None)
     except (CertaError, OSError) as exc:
-        _fail(exc, debug)
+        fail(exc, debug)
     head = "FINAL REPORT: every row, reserved ones too; nothing was tuned on this file. " if final else \
         (f"{report['reserved_skipped']} reserved rows skipped (--final scores them). " if report["reserved_skipped"] else "")
     typer.echo(f"{head}{program} on a probe bank: {report['problems']} problems ({', '.join(report['models'])}); "
@@ -284,7 +283,7 @@ def collect(
         console.print(f"collecting {len(problems)} {dataset} problems x {samples} samples into {out_path}")
         report = asyncio.run(collect_traces(problems, out_path, factory, cfg, on_problem=_progress))
     except (CertaError, OSError) as exc:
-        _fail(exc, debug)
+        fail(exc, debug)
     except KeyboardInterrupt:
         console.print(f"[yellow]interrupted[/yellow]: {out_path} keeps every finished problem (rerun to resume)")
         raise typer.Exit(130) from None
@@ -317,7 +316,7 @@ def import_cmd(
                                tokenizer=Tokenizer.default(tokenizer) if tokenizer else None,
                                keep_reserved=keep_reserved)
     except (CertaError, OSError) as exc:
-        _fail(exc, debug)
+        fail(exc, debug)
     for line, why in report.skipped:
         console.print(f"skipped {Path(src).name}:{line}: {why}")
     typer.echo(f"wrote {report.written} problems ({report.samples} chains) to {out_path}; "
@@ -342,7 +341,7 @@ def headroom_cmd(
         if json_out:
             _write_json(json_out, report)
     except (CertaError, OSError) as exc:
-        _fail(exc, debug)
+        fail(exc, debug)
     typer.echo(f"{report['problems']} problems, {report['chains']} chains ({', '.join(report['models'])}): full chains "
                f"accuracy {report['accuracy']:.3f}, {report['tokens']:.0f} tokens a chain")
     for name, m in report["bounds"].items():

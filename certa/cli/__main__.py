@@ -1,0 +1,3 @@
+from certa.cli import main
+
+main()

@@ -23,6 +23,7 @@ import typer
 from rich.console import Console
 
 from certa.cli_errors import error_line, fail
+from certa.cli_labelfree import DELTA, LABEL_FREE, ONLINE, REFERENCE, RISK, bench_cmd, calibrate_cmd
 from certa.runtime.errors import CertaError, ConfigError
 
 console = Console(stderr=True)
@@ -82,20 +83,24 @@ def calibrate(
     method: Optional[str] = typer.Option(None, help="sc: threshold (default), pareto, esc, adaptive-consistency; "
                                                     "cot: certa (default), probe (Dynasor's rule), grounded, "
                                                     "confident, progress, settled"),
-    orders: int = typer.Option(1, help="SC: seeded draw orders replayed per problem"),
+    orders: Optional[int] = typer.Option(None, help="SC: draw orders replayed per problem (default 1; label-free 20)"),
     dataset: Optional[str] = typer.Option(None, help="grading rules and reserved-split guard (default: the "
                                                      "traces' dataset field, else math)"),
     reps: int = typer.Option(1000, help="bootstrap resamples"),
+    risk: Optional[float] = RISK, delta: float = DELTA, reference: str = REFERENCE,
     debug: bool = typer.Option(False, help="show full tracebacks"),
 ) -> None:
-    """Choose a policy on a calibration split of the traces; report it on the held-out split.
+    """Choose a policy on a calibration split of the traces; report it on the held-out split (--risk: label-free).
 
     Example: certa calibrate --program sc --traces t.jsonl --cal-fraction 0.5 --seed 0 --out policy.json
     """
+    if risk is not None:
+        return calibrate_cmd(program, traces, out_path, risk=risk, delta=delta, reference=reference, orders=orders,
+                             seed=seed, dataset=dataset, debug=debug)
     try:
         from certa.eval.calibration import calibrate_split
         result = calibrate_split(_load(traces), _program(program), cal_fraction=cal_fraction, seed=seed,
-                                 method=method, orders=orders, dataset=dataset, reps=reps)
+                                 method=method, orders=orders or 1, dataset=dataset, reps=reps)
         result["traces"] = str(traces)
         _write_json(out_path, result)
     except (CertaError, OSError) as exc:
@@ -148,6 +153,8 @@ def bench_tokens(
     final: bool = typer.Option(False, "--final", help="score every row, reserved ones too (SC: with "
                                                       "--policy/--preset; probe banks: cot, sc-cot): a final report"),
     chains: Optional[int] = typer.Option(None, help="sc-cot: chains per problem (default: all of each problem's)"),
+    label_free: bool = LABEL_FREE, online: bool = ONLINE, risk: Optional[float] = RISK, delta: float = DELTA,
+    reference: str = REFERENCE,
     debug: bool = typer.Option(False, help="show full tracebacks"),
 ) -> None:
     """Token-vs-accuracy curves and iso-accuracy savings of every method on the held-out split;
@@ -157,7 +164,11 @@ def bench_tokens(
     Example: certa bench tokens --program sc --traces t.jsonl --json sc.json --png sc.png
     Example: certa bench tokens --program sc --traces t.jsonl --preset sc-default --policy p.json --json f.json
     Example: certa bench tokens --program cot --traces Qwen3-8B_amc23.jsonl.gz --json cot.json
+    Example: certa bench tokens --program sc --traces t.jsonl --label-free --online --risk 0.05 --json lf.json
     """
+    if label_free or online:  # certa.cli_labelfree: the peers' rows and the label-free ones
+        return bench_cmd(program, traces, json_out, label_free=label_free, online=online, risk=risk, delta=delta,
+                         reference=reference, seed=seed, orders=orders, reps=reps, dataset=dataset, chains=chains, debug=debug)
     orders = orders if orders is not None else 20 if program == "sc" else 1
     if program in ("cot", "sc-cot") and not (policy or preset):
         if _bench_bank(program, traces, json_out, final=final, chains=chains, seed=seed, reps=reps, dataset=dataset,

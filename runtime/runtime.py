@@ -201,6 +201,8 @@ class Runtime:
             result = thread.result(result, prog)
         self.events.emit("exit", prog.program_id, reason=result.exit_reason, tokens=prog.tokens.total,
                          tokens_saved=result.tokens_saved, error=None if result.error is None else str(result.error))
+        if prog.on_result is not None:  # e.g. a self-calibrating program learning from its explored runs
+            prog.on_result(result)
         return result
 
     def stream(self, program: Any, /, mode: StreamMode | Sequence[StreamMode] = "updates", *,

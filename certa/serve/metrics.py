@@ -144,6 +144,7 @@ def render_prometheus(s: Mapping[str, Any], info: Mapping[str, str] | None = Non
         gauge = name.endswith("_down")
         metric(f"certa_backend_{name}" + ("" if gauge else "_total"), "gauge" if gauge else "counter",
                f"Backend {'gauge' if gauge else 'counter'} {name}.", [(value, None)])
+    _self_calibration(s.get("self_calibration") or {}, metric)
     lat = s["latency"]
     rows: list[tuple[float, Mapping[str, str] | None]] = [
         (n, {"le": _num(le)}) for le, n in lat["buckets"].items()]
@@ -154,3 +155,20 @@ def render_prometheus(s: Mapping[str, Any], info: Mapping[str, str] | None = Non
     out.append(_line("certa_request_latency_seconds_sum", lat["sum"]))
     out.append(_line("certa_request_latency_seconds_count", lat["count"]))
     return "\n".join(out) + "\n"
+
+
+_SELFCAL = (("threshold", "gauge", "The certaindex setting served now (sc: StableVote delta; cot: patience)."),
+            ("risk", "gauge", "The answer-change risk being certified (--self-calibrate)."),
+            ("certified", "gauge", "1 when the setting served is certified, 0 while the shipped default serves."),
+            ("change_rate", "gauge", "Measured share of explored requests whose answer the setting would change."),
+            ("explored", "counter", "Requests explored to full compute."),
+            ("explore_cost_tokens", "counter", "Decode tokens exploring cost beyond serving them with the setting."),
+            ("explore_cost_share", "gauge", "Exploration cost as a share of all decode tokens of the program."))
+
+
+def _self_calibration(cal: Mapping[str, Mapping[str, Any]], metric: Any) -> None:
+    """``certa_selfcal_*`` gauges and counters, one series per self-calibrating program."""
+    for key, kind, text in _SELFCAL:
+        rows = [(float(v[key]), {"program": name}) for name, v in sorted(cal.items()) if v.get(key) is not None]
+        if rows:
+            metric(f"certa_selfcal_{key}" + ("_total" if kind == "counter" else ""), kind, text, rows)

@@ -172,6 +172,10 @@ class Server:
         except Exception:  # noqa: BLE001 - a backend that cannot tell still gets metrics
             inflight = sched.inflight
         snap = self.stats.snapshot(running=self.running, queue_depth=sched.queue_depth, inflight_requests=inflight)
+        calibrating = {name: sp.target.snapshot() for name, sp in self.programs.items()
+                       if callable(getattr(type(sp.target), "snapshot", None))}  # certa.selfcal.SelfCalibrating
+        if calibrating:
+            snap["self_calibration"] = calibrating
         backend_metrics = getattr(self.runtime.backend, "metrics", None)  # HTTP backends: aborts, failovers
         if callable(backend_metrics):
             try:

@@ -7,7 +7,8 @@ Sets (development rows only; MATH-500 idx >= 300 is never read):
 * CoT: the probe banks of ``shared/data/probes`` pooled per model (MATH-500 dev + AMC23 +
   AIME24), at each ``--cot-risk`` and reference (``final``: answer change; ``consensus``: loss vs
   the other chains' answers);
-* online: each model's MATH-500 dev bank alone, problems streamed in 5 seeded orders.
+* online: each model's MATH-500 dev bank alone, problems streamed in 5 seeded orders (explore rate
+  10%; also 25% and 50% until the first certificate, for comparison).
 
 Every set's loss table (every setting of the family replayed on every problem with the labels
 removed: :func:`certa.eval.outcomes.outcomes`) is computed once and cached in ``--cache``; the
@@ -35,6 +36,8 @@ SC_SETS = {"sc:gsm8k-1.5b": "data/traces/gsm8k_dev_qwen2.5-coder-1.5b.jsonl.gz",
            "sc:math500-1.5b": "data/traces/math500_dev_qwen2.5-coder-1.5b.jsonl.gz"}
 MODELS = ("Qwen3-8B", "R1-Distill-Llama-8B")
 DATASETS = ("math500", "amc23", "aime24")
+WARMUPS = (0.25, 0.5)
+"""Explore rates before the first certificate compared with the default (10% throughout) on the online streams."""
 
 
 def pooled_bank(banks: Path, model: str) -> list:
@@ -69,12 +72,14 @@ def table(name: str, problems: list, program: str, cache: Path, reuse: bool) -> 
 
 
 def subset(t: dict, prefix: str) -> dict:
+    """The rows of a cached table whose idx starts with ``prefix`` (one dataset of a pooled bank)."""
     rows = [i for i, x in enumerate(t["idx"]) if str(x).startswith(prefix)]
     out = {k: t[k].subset(rows) for k in ("final", "consensus") if k in t}
     return {**out, "acc": t["acc"][rows], "full_acc": t["full_acc"][rows], "idx": [t["idx"][i] for i in rows]}
 
 
 def brief(row: dict) -> dict:
+    """What the summary keeps of a bench row."""
     keep = ("token_ratio", "accuracy_delta", "accuracy", "tokens", "baseline_tokens", "correct", "n", "ci95", "label",
             "folds", "streams", "oracle")
     return {k: row[k] for k in keep if k in row}
@@ -90,9 +95,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cot-risk", type=float, nargs="+", default=[0.05, 0.1])
     ap.add_argument("--delta", type=float, default=0.1)
     ap.add_argument("--reps", type=int, default=1000)
+    ap.add_argument("--sc-cot", action="store_true", help="also SC over CoT on each model's AMC23 + AIME24 banks "
+                                                         "(slow: every setting runs the lock-step program)")
     args = ap.parse_args(argv)
     from certa.eval.datasets import data_dir
     from certa.eval.labelfree_bench import rows_from
+    from certa.selfcal import ExploreRate
     from certa.eval.traces import load_traces
     banks = Path(args.banks) if args.banks else data_dir() / "probes"
     out_dir, cache = Path(args.out), Path(args.cache)
@@ -121,9 +129,21 @@ def main(argv: list[str] | None = None) -> int:
                 m = subset(t, "math500:")
                 online = rows_from(m[ref], m["acc"], m["full_acc"], "cot", risk=risk, **kw,
                                    rows=("fixed-default", "certa-online", "hindsight-labels"))
+                for warmup in WARMUPS:  # exploring more until the first certificate: what it costs and saves
+                    online[f"certa-online-warmup{warmup:g}"] = rows_from(
+                        m[ref], m["acc"], m["full_acc"], "cot", risk=risk, explore=ExploreRate(0.1, warmup),
+                        rows=("certa-online",), **kw)["certa-online"]
                 summary["sets"][f"online:{model}_math500:{ref}:{risk:g}"] = {
                     "program": "cot", "problems": len(m["idx"]), "risk": risk, "reference": ref,
                     "rows": {k: brief(v) for k, v in online.items()}}
+    for model in MODELS if args.sc_cot else ():
+        probs = [p for p in pooled_bank(banks, model) if not str(p.idx).startswith("math500:")]
+        t = table(f"sc-cot:{model}", probs, "sc-cot", cache, args.reuse)
+        rows = rows_from(t["final"], t["acc"], t["full_acc"], "sc-cot", risk=max(args.cot_risk), **kw,
+                         rows=("fixed-default", "certa-labelfree", "hindsight-labels"))
+        summary["sets"][f"sc-cot:{model}_amc23+aime24"] = {"program": "sc-cot", "problems": len(t["idx"]),
+                                                           "risk": max(args.cot_risk),
+                                                           "rows": {k: brief(v) for k, v in rows.items()}}
     (out_dir / "summary.json").write_text(json.dumps(summary, indent=1, default=float) + "\n", encoding="utf-8")
     lines = ["| set | problems | risk | row | x full compute [95% CI] | accuracy delta, pt |", "|---|---|---|---|---|---|"]
     for name, s in summary["sets"].items():

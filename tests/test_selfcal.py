@@ -41,7 +41,7 @@ def test_an_explored_chain_shows_exactly_where_each_patience_setting_would_exit(
             cot_program(signal=patience_signal(value), max_tokens=4096, probe_tokens=32), question=QUESTION)
         assert cal.certifier.tests[i].total == float(live.answer != "7"), value
         assert cal.certifier.token_sums[i] == live.tokens.main + live.tokens.probe, value
-    assert cal.certifier.tests[PATIENCE.index(0.125)].total == float(hold == 6)
+    assert cal.certifier.tests[PATIENCE.index(0.25)].total == float(hold == 6)
 
 
 def test_the_online_certifier_moves_only_when_certified():

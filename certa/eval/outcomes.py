@@ -7,7 +7,8 @@ reads it; SC over CoT: ``sc_cot_program`` on the recorded chains), and scores ea
 against full compute:
 
 * ``final`` — loss 1 when the unit's answer differs from full compute's (the chain's own final
-  answer; the vote of all N samples of that draw order; the vote of all chains), else 0;
+  answer; the vote of all N samples; the vote of all chains — any answer tied for the lead of
+  that vote counts as full compute's, :func:`~certa.eval.families.leaders`), else 0;
 * ``consensus`` (``cot``) — the accuracy the exit loses against the problem's *other* chains,
   each other chain's final answer a pseudo-label: ``soft(final) - soft(exit)``, ``soft(a)`` the
   share of the other chains that answer ``a``. In [-1, 1]: an exit back to the answer most
@@ -34,8 +35,7 @@ from typing import Any, Literal, NamedTuple
 
 import numpy as np
 
-from certa.algorithms.answers.clustering import majority
-from certa.eval.families import Family, explorer_signal, same_answer, unlabeled
+from certa.eval.families import Family, changed, explorer_signal, leaders, same_answer, unlabeled
 from certa.eval.bench_sc_cot import round_tokens
 from certa.eval.calibration import even_ladder
 from certa.eval.replay_eval import Replayer, check_traces
@@ -128,13 +128,13 @@ def _sc(probs: list[TraceProblem], fam: Family, *, orders: int, seed: int) -> Ou
     votes: dict[tuple, Any] = {}
     for col, value in enumerate(fam.values):
         def keep(problem: TraceProblem, prog: Any, col: int = col) -> None:
-            key = (str(problem.idx), tuple(prog.order))  # full compute: the vote of all N in this order
+            key = (str(problem.idx), tuple(sorted(prog.order)))  # full compute: the vote of all N (its leaders)
             if key not in votes:
-                votes[key] = majority([problem.samples[j].pred or "" for j in prog.order], same="math")[0]
+                votes[key] = leaders([problem.samples[j].pred for j in prog.order])
             ans = prog.answer()
             judge = prog.order[prog.state.answers.index(ans)] if ans is not None else None
             units.append(Unit(rows[str(problem.idx)], col, float(prog.tokens.total), ans or "", judge,
-                              float(not same_answer(ans, votes[key]))))
+                              float(changed(ans, votes[key]))))
         rep.run(fam.sc_policy(value), on_program=keep)
     full = rep.run(Even(rep.n_samples)).tokens
     return _table(probs, fam, units, full, full, 0.0)
@@ -189,9 +189,8 @@ def _sc_cot(probs: list[TraceProblem], fam: Family) -> Outcomes:
         for row, p in enumerate(probs):
             prog = built.setdefault(len(p.samples), sc_cot_program(len(p.samples), chain=chain))
             r = Runtime(ChainReplayBackend(p)).run_sync(prog, question=str((p.model_extra or {}).get("question") or p.idx))
-            full = majority([s.pred or "" for s in p.samples], same="math")[0]
             units.append(Unit(row, col, float(r.tokens.total), str(r.answer or ""), None,
-                              float(not same_answer(r.answer, full))))
+                              float(changed(r.answer, leaders([s.pred for s in p.samples])))))
     chains = Replayer(probs, "cot", probe_tokens=PROBE_TOKENS)
     probe = explorer_signal()
     per_chain = chains.run(Threshold(1.0, detect_at=1, every=1), k=probe.window, interval=chunk, signal=probe).tokens

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import pickle
 import sys
 import time
 from pathlib import Path
@@ -51,14 +50,31 @@ def pooled_bank(banks: Path, model: str) -> list:
     return out
 
 
+def _dump(out) -> dict:
+    return {"idx": out.idx, "values": list(out.values), "lower": out.lower, "units": [list(u) for u in out.units],
+            **{k: getattr(out, k).tolist() for k in ("loss", "tokens", "full_tokens", "explore_tokens")}}
+
+
+def _load(d: dict):
+    import numpy as np
+    from certa.eval.outcomes import Outcomes, Unit
+    return Outcomes(d["idx"], tuple(d["values"]), *(np.array(d[k]) for k in ("loss", "tokens", "full_tokens",
+                                                                              "explore_tokens")),
+                    d["lower"], [Unit(*u) for u in d["units"]])
+
+
 def table(name: str, problems: list, program: str, cache: Path, reuse: bool) -> dict:
-    """The loss table of ``problems`` (both references for CoT) and its graded accuracies, cached."""
+    """The loss table of ``problems`` (both references for CoT) and its graded accuracies, cached (JSON)."""
+    import numpy as np
     from certa.eval.families import family
     from certa.eval.labelfree_bench import graded
     from certa.eval.outcomes import outcomes, rescore
-    path = cache / f"{name.replace(':', '_')}.pkl"
+    path = cache / f"{name.replace(':', '_')}.json"
+    refs = ("final", "consensus") if program == "cot" else ("final",)
     if reuse and path.exists():
-        return pickle.loads(path.read_bytes())
+        d = json.loads(path.read_text(encoding="utf-8"))
+        return {**{r: _load(d[r]) for r in refs}, "acc": np.array(d["acc"]), "full_acc": np.array(d["full_acc"]),
+                "idx": d["idx"]}
     t0 = time.time()
     fam = family(program)
     out = outcomes(problems, fam)
@@ -66,7 +82,8 @@ def table(name: str, problems: list, program: str, cache: Path, reuse: bool) -> 
     got = {"final": out, "acc": acc, "full_acc": full_acc, "idx": out.idx}
     if program == "cot":
         got["consensus"] = rescore(out, problems, fam, "consensus")
-    path.write_bytes(pickle.dumps(got))
+    path.write_text(json.dumps({**{r: _dump(got[r]) for r in refs}, "acc": acc.tolist(), "full_acc": full_acc.tolist(),
+                                "idx": out.idx}), encoding="utf-8")
     print(f"{name}: {len(problems)} problems, {time.time() - t0:.0f} s", flush=True)
     return got
 

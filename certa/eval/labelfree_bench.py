@@ -16,7 +16,8 @@ program's family replayed on every problem, labels removed) and are *scored* wit
   full compute's accuracy: the bound a label-free choice is compared with.
 
 Rows carry ``token_ratio``/``accuracy_delta`` vs full compute with bootstrap CIs, as every
-bench row does, plus what was certified per fold or stream.
+bench row does (``iso_token_ratio`` None: no baseline curve here), plus what was certified per
+fold or stream.
 
 Example:
     >>> from certa.simulation.synth import synth_traces
@@ -155,7 +156,10 @@ def rows_from(out: Outcomes, acc: np.ndarray, full_acc: np.ndarray, program: str
     fam = family(program)
     n, idx, pick, ref = len(out.idx), out.idx, np.arange(len(out.idx)), "consensus" if out.lower < 0 else "final"
     full = _scores(idx, out.full_tokens, full_acc, "full")
-    row = lambda s, **extra: {**compare(s, [full], reps=reps, seed=seed), **extra}  # noqa: E731
+    def row(s: Scores, **extra: Any) -> dict[str, Any]:  # vs full compute only: no baseline curve, no iso ratio
+        got = compare(s, [full], reps=reps, seed=seed)
+        got["iso_token_ratio"], got["ci95"]["iso_token_ratio"] = None, [None, None]
+        return {**got, **extra}
     got: dict[str, dict[str, Any]] = {}
     d = fam.index(fam.default)
     if "fixed-default" in rows:

@@ -32,6 +32,7 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     **{name: ("certa.runtime.checkpoint", name) for name in ("Checkpointer", "Command", "MemoryCheckpointer",
                                                              "InterruptedResult")},
     "SqliteCheckpointer": ("certa.runtime.checkpoint_sqlite", "SqliteCheckpointer"),
+    **{name: ("certa.selfcal", name) for name in ("ExploreRate", "SelfCalibrating")},
     "answers": ("certa.algorithms.answers", None),
     "equivalence": ("certa.algorithms.answers.equivalence", None),
     "prompts": ("certa.algorithms.prompts", None),
@@ -50,6 +51,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from certa.algorithms.prompts import prompt
     from certa.runtime.checkpoint import Checkpointer, Command, InterruptedResult, MemoryCheckpointer
     from certa.runtime.checkpoint_sqlite import SqliteCheckpointer
+    from certa.selfcal import ExploreRate, SelfCalibrating
     from certa.dsl import (END, START, Annotated, Appended, CompiledGraph, Extended, Graph, GraphProgram, Overwrite,
                            Reducer, Send, State, add, append, extend, max_, merge, min_)
     from certa.runtime import (AdmissionLimits, Backend, Capabilities, CertaError, Context, Decision, Even, Event,

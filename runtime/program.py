@@ -21,6 +21,7 @@ Example:
 from __future__ import annotations
 
 import abc
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from certa.runtime.errors import ConfigError
@@ -30,6 +31,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from certa.runtime.context import Context
     from certa.runtime.draw import Mermaid
     from certa.runtime.policy import Policy
+    from certa.runtime.result import Result
 
 
 class Program(abc.ABC):
@@ -44,6 +46,9 @@ class Program(abc.ABC):
     name: str = ""
     knob: Knob = Knob("iterations", cap=None)
     policy: "Policy | None" = None
+    on_result: "Callable[[Result], None] | None" = None
+    """Called by the Runtime with this program's :class:`~certa.runtime.result.Result` when it ends
+    (not when cancelled); set on an instance, e.g. by ``certa.SelfCalibrating`` to learn from it."""
 
     def __init__(self) -> None:
         self.program_id: str = ""

@@ -201,10 +201,11 @@ class Runtime:
             if reason != "cancelled":
                 await self._cleanup(run)
         result = result_of(run, reason, error, time.perf_counter() - t0)
-        if thread is not None:
-            result = thread.result(result, prog)
+        result = thread.result(result, prog) if thread is not None else result
         self.events.emit("exit", prog.program_id, reason=result.exit_reason, tokens=prog.tokens.total,
                          tokens_saved=result.tokens_saved, error=None if result.error is None else str(result.error))
+        if prog.on_result is not None:  # e.g. a self-calibrating program learning from its explored runs
+            prog.on_result(result)
         return result
 
     def stream(self, program: Any, /, mode: StreamMode | Sequence[StreamMode] = "updates", *,
@@ -280,9 +281,8 @@ class Runtime:
         """Edit a paused (or crashed) thread's state; the next ``run`` on it resumes from the edit.
 
         ``values`` is validated like a step's update (CT106 unknown field, CT113 wrong type) and
-        merged through the fields' reducers (``overwrite=True``: set as given). ``program``:
-        needed only when this Runtime has not run the thread. Saved as a ``source="update"``
-        checkpoint, which is returned.
+        merged through the fields' reducers (``overwrite=True``: set as given). ``program``: needed
+        only when this Runtime has not run the thread. Returns the ``source="update"`` checkpoint.
         """
         from certa.runtime.threads import update_state
         return update_state(self, thread_id, values, program if program is not None else

@@ -32,6 +32,7 @@ from certa.runtime.types import Knob
 
 from certa.algorithms.programs.cot_probe import cot_program
 from certa.algorithms.signals.chain_vote import ChainsView, ChainVote, SettledVote, chain_vote_from_dict
+from certa.algorithms.signals.cot import CoTSignal
 
 __all__ = ["SCCoTState", "sc_cot_program"]
 
@@ -52,17 +53,22 @@ class SCCoTState(State):
 
 
 def sc_cot_program(n: int = 8, *, chain: CompiledGraph | None = None, rule: ChainVote | dict | None = None,
-                   policy: Policy | None = None, max_rounds: int | None = None, name: str = "sc-cot") -> CompiledGraph:
+                   policy: Policy | None = None, max_rounds: int | None = None, name: str = "sc-cot",
+                   chain_signal: CoTSignal | dict | None = None) -> CompiledGraph:
     """Build SC over CoT (inputs: ``question=``, optional ``seed=``).
 
-    ``n``: chains; ``chain``: the CoT program each runs (default ``cot_program()``); ``rule``:
-    the chain-vote certaindex (default :class:`~certa.algorithms.signals.chain_vote.SettledVote`,
-    or a ``to_dict``); ``policy``: default stop the first time it reaches 1.0; ``max_rounds``:
-    the knob cap (default: none — the chains' own token caps bound the run).
+    ``n``: chains; ``chain``: the CoT program each runs (default ``cot_program()``, or
+    ``cot_program(signal=chain_signal)``: e.g. a policy file's, ``certa calibrate --program
+    sc-cot``); ``rule``: the chain-vote certaindex (default
+    :class:`~certa.algorithms.signals.chain_vote.SettledVote`, or a ``to_dict``); ``policy``:
+    default stop the first time it reaches 1.0; ``max_rounds``: the knob cap (default: none —
+    the chains' own token caps bound the run).
     """
     if n < 1:
         raise ConfigError(f"sc-cot needs n >= 1 chains, got {n}")
-    chain = chain if chain is not None else cot_program()
+    if chain is not None and chain_signal is not None:
+        raise ConfigError("sc-cot takes chain= or chain_signal=, not both")
+    chain = chain if chain is not None else cot_program(signal=chain_signal)
     vote_rule = chain_vote_from_dict(rule) if isinstance(rule, dict) else rule or SettledVote()
     g = Graph(SCCoTState, knob=Knob("iterations", cap=max_rounds), name=name)
 

@@ -22,7 +22,8 @@ from typing import Any, Optional
 import typer
 from rich.console import Console
 
-from certa.cli.errors import fail
+from certa.cli.errors import error_line, fail
+from certa.cli.labelfree import DELTA, LABEL_FREE, ONLINE, REFERENCE, RISK, bench_cmd, calibrate_cmd
 from certa.runtime.errors import CertaError, ConfigError
 
 console = Console(stderr=True)
@@ -48,21 +49,22 @@ def _program(name: str, allowed: tuple[str, ...] = ("sc", "cot")) -> str:
     return name
 
 
-def _load(path: str):
+def load_traces_arg(path: str):
+    """The trace file a command names (its errors are coded: CT303/CT304)."""
     from certa.eval.traces import load_traces
     return load_traces(path)
 
 
-def _write_json(path: str, data: Any) -> None:
+def write_json(path: str, data: Any) -> None:
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     p.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
 
 
-def _write_report(report: dict[str, Any], traces: str, json_out: str, png: Optional[str], plot: Any) -> None:
+def write_report(report: dict[str, Any], traces: str, json_out: str, png: Optional[str], plot: Any) -> None:
     """Write a bench report (with its trace path) as JSON and, given ``png``, ``plot(report, png)``."""
     report["traces"] = str(traces)
-    _write_json(json_out, report)
+    write_json(json_out, report)
     if png:
         try:
             plot(report, png)
@@ -80,22 +82,26 @@ def calibrate(
     method: Optional[str] = typer.Option(None, help="sc: threshold (default), pareto, esc, adaptive-consistency; "
                                                     "cot: certa (default), probe (Dynasor's rule), grounded, "
                                                     "confident, progress, settled"),
-    orders: int = typer.Option(1, help="SC: seeded draw orders replayed per problem"),
+    orders: Optional[int] = typer.Option(None, help="SC: draw orders replayed per problem (default 1; label-free 20)"),
     dataset: Optional[str] = typer.Option(None, help="grading rules and reserved-split guard (default: the "
                                                      "traces' dataset field, else math)"),
     reps: int = typer.Option(1000, help="bootstrap resamples"),
+    risk: Optional[float] = RISK, delta: float = DELTA, reference: str = REFERENCE,
     debug: bool = typer.Option(False, help="show full tracebacks"),
 ) -> None:
-    """Choose a policy on a calibration split of the traces; report it on the held-out split.
+    """Choose a policy on a calibration split of the traces; report it on the held-out split (--risk: label-free).
 
     Example: certa calibrate --program sc --traces t.jsonl --cal-fraction 0.5 --seed 0 --out policy.json
     """
+    if risk is not None:
+        return calibrate_cmd(program, traces, out_path, risk=risk, delta=delta, reference=reference, orders=orders,
+                             seed=seed, dataset=dataset, debug=debug)
     try:
         from certa.eval.calibration import calibrate_split
-        result = calibrate_split(_load(traces), _program(program), cal_fraction=cal_fraction, seed=seed,
-                                 method=method, orders=orders, dataset=dataset, reps=reps)
+        result = calibrate_split(load_traces_arg(traces), _program(program), cal_fraction=cal_fraction, seed=seed,
+                                 method=method, orders=orders or 1, dataset=dataset, reps=reps)
         result["traces"] = str(traces)
-        _write_json(out_path, result)
+        write_json(out_path, result)
     except (CertaError, OSError) as exc:
         fail(exc, debug)
     c, h = result["calibration"], result["heldout"]
@@ -147,6 +153,8 @@ def bench_tokens(
     final: bool = typer.Option(False, "--final", help="score every row, reserved ones too (SC: with "
                                                       "--policy/--shipped; probe banks: cot, sc-cot): a final report"),
     chains: Optional[int] = typer.Option(None, help="sc-cot: chains per problem (default: all of each problem's)"),
+    label_free: bool = LABEL_FREE, online: bool = ONLINE, risk: Optional[float] = RISK, delta: float = DELTA,
+    reference: str = REFERENCE,
     debug: bool = typer.Option(False, help="show full tracebacks"),
 ) -> None:
     """Token-vs-accuracy curves and iso-accuracy savings of every method on the held-out split;
@@ -156,7 +164,11 @@ def bench_tokens(
     Example: certa bench tokens --program sc --traces t.jsonl --json sc.json --png sc.png
     Example: certa bench tokens --program sc --traces t.jsonl --shipped sc-default --policy p.json --json f.json
     Example: certa bench tokens --program cot --traces Qwen3-8B_amc23.jsonl.gz --json cot.json
+    Example: certa bench tokens --program sc --traces t.jsonl --label-free --online --risk 0.05 --json lf.json
     """
+    if label_free or online:  # certa.cli.labelfree: the peers' rows and the label-free ones
+        return bench_cmd(program, traces, json_out, label_free=label_free, online=online, risk=risk, delta=delta,
+                         reference=reference, seed=seed, orders=orders, reps=reps, dataset=dataset, chains=chains, debug=debug)
     orders = orders if orders is not None else 20 if program == "sc" else 1
     if program in ("cot", "sc-cot") and not (policy or shipped):
         if _bench_bank(program, traces, json_out, final=final, chains=chains, seed=seed, reps=reps, dataset=dataset,
@@ -168,9 +180,9 @@ def bench_tokens(
         return
     try:
         from certa.eval.bench_tokens import bench_tokens as run_bench, plot
-        report = run_bench(_load(traces), _program(program), cal_fraction=cal_fraction, seed=seed, orders=orders,
+        report = run_bench(load_traces_arg(traces), _program(program), cal_fraction=cal_fraction, seed=seed, orders=orders,
                            dataset=dataset, reps=reps)
-        _write_report(report, traces, json_out, png, plot)
+        write_report(report, traces, json_out, png, plot)
     except (CertaError, OSError) as exc:
         fail(exc, debug)
     typer.echo(f"{report['program']}: {report['heldout_problems']} held-out of {report['problems']} problems "
@@ -201,8 +213,8 @@ def _bench_fixed(program: str, traces: str, json_out: str, png: Optional[str], f
         from certa.eval.bench_fixed import bench_fixed, load_policy, plot_fixed, shipped_policy
         chosen = {name: shipped_policy(name) for name in shipped}
         chosen |= {Path(f).stem if Path(f).stem not in chosen else f: load_policy(f) for f in files}
-        report = bench_fixed(_load(traces), chosen, final=final, **kw)
-        _write_report(report, traces, json_out, png, plot_fixed)
+        report = bench_fixed(load_traces_arg(traces), chosen, final=final, **kw)
+        write_report(report, traces, json_out, png, plot_fixed)
     except (CertaError, OSError) as exc:
         fail(exc, debug)
     if final:
@@ -210,11 +222,11 @@ def _bench_fixed(program: str, traces: str, json_out: str, png: Optional[str], f
                    "nothing was tuned here")
     typer.echo(f"sc (fixed policies, no calibration): {report['problems']} problems x {report['samples_per_problem']} "
                f"samples, {report['orders']} draw orders ({', '.join(report['models'])})")
-    _echo_rows(report["methods"])
+    echo_rows(report["methods"])
     typer.echo(f"wrote {json_out}" + (f" and {png}" if png else ""))
 
 
-def _echo_rows(methods: dict[str, Any]) -> None:
+def echo_rows(methods: dict[str, Any]) -> None:
     for name, m in methods.items():
         lost = f" lost {m['lost']}" if "lost" in m else ""
         typer.echo(f"  {name:22s} acc {m['accuracy']:.3f} ({100 * m['accuracy_delta']:+5.1f} "
@@ -229,7 +241,7 @@ def _bench_bank(program: str, traces: str, json_out: str, *, final: bool, chains
     False when the file is not a probe bank (cot then runs the calibrate/held-out benchmark)."""
     try:
         from certa.eval.bench_chains import bench_chains, is_probe_bank
-        problems = _load(traces)
+        problems = load_traces_arg(traces)
         if not is_probe_bank(problems):
             if program == "sc-cot":
                 raise ConfigError("--program sc-cot replays probe banks (chains with probe_tokens)",
@@ -240,14 +252,14 @@ def _bench_bank(program: str, traces: str, json_out: str, *, final: bool, chains
             report = bench_sc_cot(problems, chains=chains, final=final, **kw)
         else:
             report = bench_chains(problems, final=final, **kw)
-        _write_report(report, traces, json_out, None, None)
+        write_report(report, traces, json_out, None, None)
     except (CertaError, OSError) as exc:
         fail(exc, debug)
     head = "FINAL REPORT: every row, reserved ones too; nothing was tuned on this file. " if final else \
         (f"{report['reserved_skipped']} reserved rows skipped (--final scores them). " if report["reserved_skipped"] else "")
     typer.echo(f"{head}{program} on a probe bank: {report['problems']} problems ({', '.join(report['models'])}); "
                f"fixed rules, no calibration")
-    _echo_rows(report["methods"])
+    echo_rows(report["methods"])
     typer.echo(f"wrote {json_out}")
     return True
 
@@ -337,9 +349,9 @@ def headroom_cmd(
     """
     try:
         from certa.eval.bench_chains import headroom
-        report = headroom(_load(traces), final=final)
+        report = headroom(load_traces_arg(traces), final=final)
         if json_out:
-            _write_json(json_out, report)
+            write_json(json_out, report)
     except (CertaError, OSError) as exc:
         fail(exc, debug)
     typer.echo(f"{report['problems']} problems, {report['chains']} chains ({', '.join(report['models'])}): full chains "

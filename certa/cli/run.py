@@ -27,7 +27,7 @@ from certa.runtime.backends.registry import auto_backend
 from certa.runtime.build import make_runtime
 from certa.runtime.errors import CertaError, ConfigError
 
-__all__ = ["load_policy", "run"]
+__all__ = ["load_policy", "load_program", "run"]
 
 console = Console(stderr=True)
 
@@ -56,6 +56,9 @@ def run(
     resume: bool = typer.Option(False, help="continue an existing --journal"),
     json_out: Optional[str] = typer.Option(None, "--json", help="write a JSON report here"),
     record: Optional[str] = typer.Option(None, help="also write what ran as reasoning traces (JSONL) here"),
+    self_calibrate: Optional[float] = typer.Option(None, "--self-calibrate", help="sc, cot: explore some problems "
+                                                   "to full compute and move the certaindex only once answer change "
+                                                   "<= RISK is certified (no gold read)"),
     verbose: bool = typer.Option(False, "--verbose", help="show the engine's own log (llama.cpp)"),
     debug: bool = typer.Option(False, help="show full tracebacks"),
 ) -> None:
@@ -67,7 +70,7 @@ def run(
         _RunOptions(concurrency=concurrency, limit=limit, journal=journal, resume=resume, threads=threads, cap=cap)
         _run(target, dataset, idx, limit, backend, model, url, policy, scheduler, concurrency, journal, resume,
              json_out, record, engine=parse_backend_opts(backend_opt), threads=threads, verbose=verbose, cap=cap,
-             final=final)
+             final=final, self_calibrate=self_calibrate)
     except (CertaError, OSError) as exc:
         fail(exc, debug)
     except KeyboardInterrupt:  # asyncio.run cancelled the batch: every in-flight request was aborted
@@ -148,8 +151,15 @@ def load_policy(path: str):
         raise ConfigError(f"policy file {path}: {exc}") from None
 
 
-def _load_program(target: str, policy: str | None, cap: int | None) -> Any:
+def load_program(target: str, policy: str | None, cap: int | None, self_calibrate: float | None = None) -> Any:
+    """The program ``certa run``/``certa serve`` run: ``target`` with a policy file (its ``program``
+    section rebuilds a built-in program), a knob cap, or self-calibrating (:mod:`certa.selfcal`)."""
     from certa.loading import load_target
+    if self_calibrate is not None:
+        if policy:
+            raise ConfigError("--self-calibrate starts from the shipped default; it takes no --policy")
+        from certa.selfcal import SelfCalibrating
+        return SelfCalibrating(target, self_calibrate, **({"cap": cap} if cap else {}))
     builtin = ".py" not in target
     options = {**(_program_options(policy, target) if policy and builtin else {}), **({"cap": cap} if cap else {})}
     if cap and not builtin:
@@ -178,7 +188,8 @@ def _model_to_load(model: str | None) -> tuple[str, str, str]:
 
 def _run(target, dataset, idx, limit, backend, model, url, policy, scheduler, concurrency, journal, resume,
          json_out, record=None, *, engine: dict[str, Any] | None = None, threads: int | None = None,
-         verbose: bool = False, cap: int | None = None, final: bool = False) -> None:
+         verbose: bool = False, cap: int | None = None, final: bool = False,
+         self_calibrate: float | None = None) -> None:
     from certa.batch import Journal, exit_if_interrupt_stalls, run_dataset
     from certa.eval.datasets import load_dataset
     from certa.cli.progress import RunProgress
@@ -186,7 +197,7 @@ def _run(target, dataset, idx, limit, backend, model, url, policy, scheduler, co
 
     check_backend(backend)  # a --backend typo is the error shown, not a missing data directory
     engine = dict(engine or {})
-    program = _load_program(target, policy, cap)
+    program = load_program(target, policy, cap, self_calibrate)
     problems = load_dataset(dataset, idx=idx, limit=limit, sample_fallback=_note, allow_reserved=final,
                             allow_with="--final")
     backend = auto_backend() if backend == "auto" else backend  # named now: the header and the summary show it
@@ -218,7 +229,8 @@ def _run(target, dataset, idx, limit, backend, model, url, policy, scheduler, co
             asyncio.run(runtime.close())
     about = {"model": name, "program": target, "policy": _policy_text(program), "backend": backend,
              "scheduler": scheduler, "dataset": dataset, "wall_s": round(time.monotonic() - t0, 1),
-             "first_answer_s": None if progress.first_answer_s is None else round(progress.first_answer_s, 1)}
+             "first_answer_s": None if progress.first_answer_s is None else round(progress.first_answer_s, 1),
+             "self_calibration": program.snapshot() if self_calibrate is not None else None}
     _print_report(report, about, detail=len(problems) <= 10)
     if json_out:
         with open(json_out, "w", encoding="utf-8") as f:
@@ -279,5 +291,12 @@ def _summary_table(report, about: dict[str, Any]) -> Table:
     s.add_row("tokens saved (est.)", f"{saved:,} of a full budget of {budget:,} ({saved / budget:.0%})"
               if budget else str(saved))
     s.add_row("exit reasons", json.dumps(report.exit_reasons()))
+    cal = about.get("self_calibration")
+    if cal:
+        state = "certified" if cal["certified"] else "not yet certified: the shipped default"
+        rate = "n/a" if cal["change_rate"] is None else f"{cal['change_rate']:.3f}"
+        s.add_row("self-calibration", f"{cal['setting']} ({state}; risk {cal['risk']:g}), change rate {rate} on "
+                  f"{cal['explored']} explored, explore cost {cal['explore_cost_tokens']:,.0f} tokens "
+                  f"({cal['explore_cost_share']:.1%})")
     return s
 

@@ -80,6 +80,10 @@ def serve(
                                              "GPU x model (cost model and KV pool, ESTIMATES; default "
                                              "h200-r1-distill-qwen-7b; --preset: its old name)"),
     speed: Optional[float] = typer.Option(None, help="--backend sim: engine seconds per wall second (default 1)"),
+    policy: Optional[str] = typer.Option(None, help="policy file (certa calibrate) for the served built-in program"),
+    self_calibrate: Optional[float] = typer.Option(None, "--self-calibrate", help="sc, cot: explore some requests "
+                                                   "to full compute; move the certaindex only once answer change "
+                                                   "<= RISK is certified (state on /metrics)"),
 ) -> None:
     """Serve reasoning programs behind an OpenAI-compatible API with certaindex early exit.
 
@@ -101,6 +105,7 @@ def serve(
         if sim and backend != "sim":
             raise ConfigError("--sim-preset and --speed are options of --backend sim")
         backend_opt = [*backend_opt, *(f"{k}={v}" for k, v in sim.items())]
+        program = _calibrated(program, policy, self_calibrate)
         server = _build_server(program, backend, model, url, backend_opt, scheduler, max_concurrent=max_concurrent,
                                max_knob=max_knob, max_token_budget=max_token_budget, max_inflight=max_inflight,
                                max_request_s=max_request_seconds, answer_format=answer_format)
@@ -117,7 +122,21 @@ def serve(
         fail(exc, debug)
 
 
-def _build_server(programs: List[str], backend: str, model: Optional[str], url: Optional[str],
+def _calibrated(programs: List[str], policy: Optional[str], risk: Optional[float]) -> List[Any]:
+    """The served programs with a policy file applied (one built-in program) or self-calibrating (sc, cot)."""
+    from certa.runtime.errors import ConfigError
+    if policy is None and risk is None:
+        return programs
+    if len(programs) != 1 or (policy is not None and risk is not None):
+        raise ConfigError("--policy and --self-calibrate apply to one served program, not both at once")
+    if risk is not None:
+        from certa.selfcal import SelfCalibrating
+        return [SelfCalibrating(programs[0], risk)]
+    from certa.cli.run import load_program
+    return [load_program(programs[0], policy, None)]
+
+
+def _build_server(programs: List[Any], backend: str, model: Optional[str], url: Optional[str],
                   backend_opts: List[str], scheduler: str, **limits: Any):
     """The Server ``certa serve`` runs (its Runtime built by :func:`~certa.runtime.build.make_runtime`)."""
     from certa.serve import Server

@@ -48,7 +48,7 @@ from certa.eval.traces import TraceProblem
 from certa.runtime.policy import Even
 from certa.runtime.runtime import Runtime
 
-__all__ = ["PROBE_VOTES", "bench_sc_cot", "replay_sc_cot"]
+__all__ = ["PROBE_VOTES", "bench_sc_cot", "replay_sc_cot", "round_tokens"]
 
 PROBE_VOTES: tuple[tuple[float, int], ...] = tuple((s, k) for s in (0.5, 2 / 3, 1.0) for k in (4, 8, 16, 32))
 """The plain probe vote's (share, rounds) grid scored beside the default."""
@@ -60,7 +60,7 @@ NEVER = 10**9
 """A probe window no chain reaches: chains probed every chunk that never stop on their own."""
 
 
-def _chunk(problems: Sequence[TraceProblem]) -> int:
+def round_tokens(problems: Sequence[TraceProblem]) -> int:
     """Tokens per round: the default's 64, or the banks' probe interval when that is coarser."""
     return math.lcm(CERTA_INTERVAL, *[trace_interval(p) or 1 for p in problems])
 
@@ -114,7 +114,7 @@ def bench_sc_cot(problems: Sequence[TraceProblem], *, chains: int | None = None,
     scored = list(problems) if final else dev
     if chains is not None:
         scored = [p.model_copy(update={"samples": p.samples[:chains]}) for p in scored if len(p.samples) >= chains]
-    chunk = _chunk(scored)
+    chunk = round_tokens(scored)
     sizes = sorted({len(p.samples) for p in scored})
     runs: dict[str, Scores] = {}
     labels: dict[str, str] = {}

@@ -147,6 +147,8 @@ class ServeMetrics:
         }
         if live.get("backend"):
             out["backend"] = dict(live["backend"])
+        if live.get("self_calibration"):
+            out["self_calibration"] = {name: dict(v) for name, v in live["self_calibration"].items()}
         return out
 
     def render(self) -> str:
@@ -188,3 +190,26 @@ class _LiveCollector:
                 yield core.GaugeMetricFamily(f"certa_backend_{name}", f"Backend gauge {name}.", value=value)
             else:
                 yield core.CounterMetricFamily(f"certa_backend_{name}", f"Backend counter {name}.", value=value)
+        yield from _self_calibration(core, live.get("self_calibration") or {})
+
+
+_SELFCAL = (("threshold", "gauge", "The certaindex setting served now (sc: StableVote delta; cot: patience)."),
+            ("risk", "gauge", "The answer-change risk being certified (--self-calibrate)."),
+            ("certified", "gauge", "1 when the setting served is certified, 0 while the shipped default serves."),
+            ("change_rate", "gauge", "Measured share of explored requests whose answer the setting would change."),
+            ("explored", "counter", "Requests explored to full compute."),
+            ("explore_cost_tokens", "counter", "Decode tokens exploring cost beyond serving them with the setting."),
+            ("explore_cost_share", "gauge", "Exploration cost as a share of all decode tokens of the program."))
+
+
+def _self_calibration(core: Any, cal: Mapping[str, Mapping[str, Any]]) -> Iterator[Any]:
+    """``certa_selfcal_*`` gauges and counters, one series per self-calibrating program."""
+    for key, kind, text in _SELFCAL:
+        rows = [(name, float(v[key])) for name, v in sorted(cal.items()) if v.get(key) is not None]
+        if not rows:
+            continue
+        family = (core.CounterMetricFamily if kind == "counter" else core.GaugeMetricFamily)(
+            f"certa_selfcal_{key}", text, labels=["program"])
+        for name, value in rows:
+            family.add_metric([name], value)
+        yield family

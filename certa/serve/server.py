@@ -188,6 +188,10 @@ class Server:
                                 "inflight_requests": inflight,
                                 "info": {"models": ",".join(self.models), "scheduler": getattr(sched.policy, "name", "?"),
                                          "backend": type(self.runtime.backend).__name__}}
+        calibrating = {name: sp.target.snapshot() for name, sp in self.programs.items()
+                       if callable(getattr(type(sp.target), "snapshot", None))}  # certa.selfcal.SelfCalibrating
+        if calibrating:
+            live["self_calibration"] = calibrating
         backend_metrics = getattr(self.runtime.backend, "metrics", None)  # HTTP backends: aborts, failovers
         if callable(backend_metrics):
             try:

@@ -193,7 +193,8 @@ class Context:
 
 
 class ManagedSequence:
-    """A backend sequence whose chunks and probes are counted and aborted like requests."""
+    """A backend sequence whose chunks and probes are scheduled, counted and aborted like requests
+    (each one under its own ticket: :meth:`~certa.runtime.program_run.ProgramRun.scheduled`)."""
 
     def __init__(self, ctx: Context, seq) -> None:
         self.ctx = ctx
@@ -220,7 +221,8 @@ class ManagedSequence:
     async def extend(self, max_new_tokens: int) -> GenResult:
         if self.ctx.run.pacer is not None:  # a spawned sub-program: one chunk per step its parent allows
             await self.ctx.run.pacer.gate()
-        out = await self.ctx.run.guard(self.seq.rid, self.seq.extend(max_new_tokens), "main", self.ctx)
+        out = await self.ctx.run.scheduled(self.seq.rid, max_new_tokens, lambda: self.seq.extend(max_new_tokens),
+                                           "main", self.ctx)
         if out.text and tokens_wanted():  # Runtime.stream(mode="tokens"): each chunk is a token event
             self.ctx.emit("token", rid=self.seq.rid, text=out.text, attempt=0)
         return out
@@ -239,7 +241,8 @@ class ManagedSequence:
         if temperature > 0.0:
             wanted.update(temperature=temperature, top_p=top_p, seed=seed)
         extra = probe_kwargs(self.seq, **wanted) if wanted else {}
-        return await self.ctx.run.guard(rid, self.seq.probe(suffix, max_tokens, rid=rid, **extra), "probe", self.ctx)
+        return await self.ctx.run.scheduled(rid, max_tokens, lambda: self.seq.probe(suffix, max_tokens, rid=rid, **extra),
+                                            "probe", self.ctx)
 
     async def close(self) -> None:
         if self in self.ctx.run.sequences:

@@ -160,6 +160,21 @@ class ProgramRun:
                 req.rid = ticket.rid = f"{req.rid.split('~')[0]}~r{attempt + 1}"
         raise AssertionError("unreachable")
 
+    async def scheduled(self, rid: str, est: int, make: Callable[[], Awaitable[Any]], kind: TokenKind, ctx) -> Any:
+        """Send one piece of a live sequence (a chunk or a probe) under its own scheduling ticket.
+
+        Admitted, ordered and released like any request, so the scheduler sees (and orders)
+        CoT chunks and probes too; not retried: the sequence's state lives on the engine.
+        """
+        sched = self.runtime.scheduler
+        ticket = sched.ticket(rid, self.info, est, self.program.program_id)
+        if not sched.admit_now(ticket):
+            await self._admitted(ticket)
+        try:
+            return await self.guard(rid, make(), kind, ctx)
+        finally:
+            sched.release(ticket)
+
     def submit(self, req: GenRequest, ctx, on_text: Callable[[str, str], None] | None = None) -> Awaitable[GenResult]:
         """Send ``req`` (scheduled, retried, counted); ``on_text(rid, piece)``: stream its text,
         each attempt under its own rid (a retry streams again from its start). Returns the

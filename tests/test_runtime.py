@@ -228,6 +228,51 @@ async def test_sequence_probes_are_counted_as_probe_tokens():
     assert b.live_rids() == set()
 
 
+async def test_sequence_chunks_and_probes_are_scheduled_under_tickets():
+    """CoT chunks and probes take scheduling tickets like requests: admission limits bind them
+    and the scheduler orders them (they used to go to the backend past the scheduler)."""
+    class C(ct.State):
+        q: str
+
+    g = ct.Graph(C, name="cot")
+
+    @g.step
+    async def think(s, ctx):
+        async with await ctx.sequence(s.q, max_tokens=8) as seq:
+            while not seq.finished:
+                await seq.extend(4)
+                await seq.probe(" answer:", max_tokens=5)
+        return {}
+
+    class Spy(ct.Scheduler):
+        def __init__(self, **kw):
+            super().__init__(**kw)
+            self.rids: list[str] = []
+
+        def ticket(self, rid, program, *a, **kw):
+            self.rids.append(rid)
+            return super().ticket(rid, program, *a, **kw)
+
+    spy = Spy(limits=ct.AdmissionLimits(max_requests=1))
+    inflight: list[int] = []
+    waiting: list[int] = []
+
+    def probe(text: str, suffix: str) -> str:
+        inflight.append(spy.inflight)
+        waiting.append(spy.queue_depth)
+        return "1}"
+
+    b = ct.ScriptedBackend(responses=[" ".join(f"w{i}" for i in range(8))], probe=probe, latency=0.01)
+    rt = ct.Runtime(b, scheduler=spy)
+    results = await asyncio.gather(*(rt.run(g.compile(), q=f"x{i}") for i in range(2)))
+    assert all(r.ok for r in results), [r.error for r in results]
+    assert sum(".probe" in rid for rid in spy.rids) == 4  # 2 probes per program, each under a ticket
+    assert sum(".probe" not in rid for rid in spy.rids) == 4  # 2 chunks per program
+    assert inflight and max(inflight) == 1  # one slot: a probe runs alone, admitted like a request
+    assert max(waiting) >= 1  # meanwhile the other program's next piece waited for admission
+    assert b.live_rids() == set() and spy.inflight == 0
+
+
 def test_run_sync_inside_running_loop():
     async def inner():
         # a running loop in this thread, as in Jupyter

@@ -159,6 +159,54 @@ def test_aging_lets_a_long_program_finish_under_a_stream_of_short_ones():
     assert tick is not None and tick <= 30  # 4900 tokens of head start / 200 per second ≈ 25 s
 
 
+def run_served_stream(aging_pace: float, horizon: int = 60) -> int | None:
+    """``run_stream`` without wall-clock aging: each short program decodes 300 tokens and
+    finishes (the policy sees the work served). Returns the long program's tick (None = starved)."""
+    clock = Clock()
+    s = sched(make_policy("certa", aging=0.0, aging_pace=aging_pace), clock, max_requests=1)
+    long = ProgramInfo("long", 0.0, est_remaining_tokens=5000.0)
+    s.register(long)
+    submit(s, long, 1)
+    running: Ticket | None = None
+    for tick in range(horizon):
+        clock.t = float(tick)
+        short = ProgramInfo(f"s{tick}", clock.t, est_remaining_tokens=100.0)
+        s.register(short)
+        submit(s, short, 1)
+        if running is not None:
+            s.release(running)
+            running.program.tokens = 300
+            s.unregister(running.program.program_id)
+        got = s.admit()
+        running = got[0] if got else running
+        if running is not None and running.program is long:
+            return tick
+    return None
+
+
+def test_paced_aging_credits_the_fair_share_served_while_a_program_waited():
+    assert run_served_stream(aging_pace=0.0, horizon=300) is None  # no credit at all: pure SJF starves it
+    # three programs in the system (the long one, the short one running, the next): each finished
+    # short program moves the virtual clock 300 / 3 tokens, so short program k's key is
+    # 100 + pace * 100 * k and passes the long program's 5000 once pace * k > 49
+    assert 49 <= run_served_stream(aging_pace=1.0) <= 51
+    assert 195 <= run_served_stream(aging_pace=0.25, horizon=300) <= 198
+    pol = make_policy("certa", aging=0.0)  # aging_pace 0.25 by default
+    early, other = ProgramInfo("early", 0.0, est_remaining_tokens=1000.0), ProgramInfo("other", 0.0)
+    pol.observe_request(early)
+    pol.observe_request(other)
+    early.tokens = 400  # decoded with two programs in the system: the virtual clock moves 400 / 2
+    pol.observe_progress(early)
+    late = ProgramInfo("late", 1.0, est_remaining_tokens=500.0)
+    pol.observe_request(late)
+    assert pol.fair_share == pytest.approx(200.0)
+    assert pol.program_key(late) - pol.program_key(early) == pytest.approx(500 - 1000 + 0.25 * 200)
+    pol.observe_finish(early)  # finished programs leave the clock's divisor
+    other.tokens = 300
+    pol.observe_progress(other)
+    assert pol.fair_share == pytest.approx(200.0 + 300 / 2)  # other and late remain
+
+
 def run_stream_with_backfill(aging: float, reserve_after: float, horizon: int = 120) -> tuple[int | None, int]:
     """A long 2-request gang (500 tokens each) under ``inflight_tokens=1000`` while a short program
     (one 300-token request, running 3 ticks) arrives every tick: the long gang's second request

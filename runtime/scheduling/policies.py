@@ -8,10 +8,18 @@ queue, the llama.cpp engine's batch, SGLang priorities and the simulator's queue
   falls back to FCFS when more than ``fallback_above`` (128) requests wait.
 * ``app-fifo`` — Parrot-style: programs FIFO by arrival, a program's requests as one gang.
 * ``certa`` — gang + approximate shortest-job-first + aging. A program's key is
-  ``remaining + aging × arrival``: remaining decode tokens (the certaindex-informed
-  ``ProgramInfo.est_remaining_tokens``, see :func:`remaining_steps`) plus an aging credit
-  that makes every older program eventually beat every newer one, so none starves. The
-  key does not drift while a request waits, so SGLang priorities set at submission stay valid.
+  ``remaining + aging × arrival + aging_pace × fair_share``: remaining decode tokens (the
+  certaindex-informed ``ProgramInfo.est_remaining_tokens``, see :func:`remaining_steps`) plus
+  aging credits that make every older program eventually beat every newer one, so none
+  starves. ``fair_share`` is a virtual clock, as in fair queueing: the decode tokens one
+  program would have received by the time this one arrived had the engine been shared
+  equally (each reported token counts 1/the programs then in the system). So a later program
+  passes an earlier one only if it needs ``aging_pace`` × one program's share of the service
+  between their arrivals fewer tokens, on any engine speed (paced aging: a credit in seconds
+  alone is negligible on a fast engine and decisive on a slow one; without it SJF kept the
+  longest programs of the KV-limited H100 32B regime waiting past their SLO where app-FIFO did
+  not, docs/scheduling.md).
+  The key does not drift while a request waits, so SGLang priorities set at submission stay valid.
   Learned online (:class:`StopCalibration`): how often programs at a given certaindex
   actually stop at a point, so one hovering below the threshold (which the stop policy's own
   estimate expects to pass soon) is seen to run on; before a program's first point, the
@@ -127,6 +135,8 @@ class CertaSJF(SchedulingPolicy):
     Args:
         aging: tokens of priority credit per second of age (key = remaining + aging·arrival).
             0 = pure SJF (may starve long programs); large = app-FIFO.
+        aging_pace: tokens of priority credit per token of one program's fair share of the
+            service before the program arrived (0 = off; large = app-FIFO).
         use_certaindex: read ``est_remaining_tokens`` (``certa``) or estimate from history
             only (``certa-nocd``).
         prior_tokens_per_step / prior_steps: estimates before any history exists.
@@ -145,10 +155,14 @@ class CertaSJF(SchedulingPolicy):
 
     def __init__(self, aging: float = 50.0, use_certaindex: bool = True, prior_tokens_per_step: float = 1000.0,
                  prior_steps: float = 4.0, min_history: int = 5, speculative: bool = True,
-                 widen: bool = True) -> None:
-        if aging < 0:
-            raise ConfigError(f"aging must be >= 0, not {aging}")
+                 widen: bool = True, aging_pace: float = 0.25) -> None:
+        if aging < 0 or aging_pace < 0:
+            raise ConfigError(f"aging and aging_pace must be >= 0, not {aging}, {aging_pace}")
         self.aging = aging
+        self.aging_pace = aging_pace
+        self.fair_share = 0.0  # virtual clock: tokens per program in the system, summed as reported
+        self._reported: dict[str, float] = {}  # program id -> its tokens as last seen
+        self._share_at: dict[str, float] = {}  # program id -> ``fair_share`` when it was first seen
         self.use_certaindex = use_certaindex
         self.speculative = speculative and use_certaindex
         self.widen = widen and use_certaindex
@@ -190,10 +204,22 @@ class CertaSJF(SchedulingPolicy):
         return self.calibration.likely_steps(info) or 0
 
     def program_key(self, info: ProgramInfo) -> float:
-        """``remaining + aging × arrival`` (arrival counted from the first one seen)."""
+        """``remaining + aging × arrival + aging_pace × fair_share`` (arrival counted from the
+        first one seen; the virtual clock read when this program was first seen)."""
         if self._epoch is None:
             self._epoch = info.arrival
-        return self.remaining(info) + self.aging * (info.arrival - self._epoch)
+        share = self._share_at.get(info.program_id)
+        if share is None:
+            share = self._share_at[info.program_id] = self.fair_share
+        return self.remaining(info) + self.aging * (info.arrival - self._epoch) + self.aging_pace * share
+
+    def _account(self, info: ProgramInfo) -> None:
+        """Advance the virtual clock by the tokens ``info``'s program decoded since it last
+        reported, shared among the programs in the system."""
+        before = self._reported.get(info.program_id, 0.0)
+        if info.tokens > before:
+            self.fair_share += (info.tokens - before) / max(1, len(self._share_at))
+            self._reported[info.program_id] = float(info.tokens)
 
     def key(self, ticket: Ticket, now: float) -> tuple:
         p = ticket.program
@@ -218,14 +244,20 @@ class CertaSJF(SchedulingPolicy):
         return self.program_key(ticket.program) + (SPECULATIVE if spec else 0.0)
 
     def observe_finish(self, info: ProgramInfo) -> None:
+        self._account(info)
+        self._reported.pop(info.program_id, None)
+        self._share_at.pop(info.program_id, None)
         self.history.add(info)
         if self.use_certaindex:
             self.calibration.finished(info)
 
     def observe_progress(self, info: ProgramInfo) -> bool:
+        self._account(info)
         return self.use_certaindex and self.calibration.point(info)
 
     def observe_request(self, info: ProgramInfo) -> bool:
+        if info.program_id not in self._share_at:
+            self._share_at[info.program_id] = self.fair_share
         return self.use_certaindex and self.calibration.request(info)
 
 

@@ -129,12 +129,14 @@ def test_remaining_steps_follows_certaindex_and_threshold():
     assert remaining_steps(None, p) == 14
 
 
-def run_stream(aging: float, horizon: int = 60) -> int | None:
+def run_stream(aging: float, horizon: int = 60, *, aging_pace: float = 0.25, short_tokens: int = 0) -> int | None:
     """A long program queued behind a never-ending stream of short ones, one slot.
 
-    Returns the tick at which the long program got the slot (None = starved)."""
+    ``short_tokens``: each short program decodes that many tokens and finishes (the policy sees
+    the work served; 0: it never reports any). Returns the tick at which the long program got
+    the slot (None = starved)."""
     clock = Clock()
-    s = sched(make_policy("certa", aging=aging), clock, max_requests=1)
+    s = sched(make_policy("certa", aging=aging, aging_pace=aging_pace), clock, max_requests=1)
     long = ProgramInfo("long", 0.0, est_remaining_tokens=5000.0)
     s.register(long)
     submit(s, long, 1)
@@ -146,6 +148,9 @@ def run_stream(aging: float, horizon: int = 60) -> int | None:
         submit(s, short, 1)
         if running is not None:
             s.release(running)
+            if short_tokens:
+                running.program.tokens = short_tokens
+                s.unregister(running.program.program_id)
         got = s.admit()
         running = got[0] if got else running
         if running is not None and running.program is long:
@@ -159,38 +164,13 @@ def test_aging_lets_a_long_program_finish_under_a_stream_of_short_ones():
     assert tick is not None and tick <= 30  # 4900 tokens of head start / 200 per second ≈ 25 s
 
 
-def run_served_stream(aging_pace: float, horizon: int = 60) -> int | None:
-    """``run_stream`` without wall-clock aging: each short program decodes 300 tokens and
-    finishes (the policy sees the work served). Returns the long program's tick (None = starved)."""
-    clock = Clock()
-    s = sched(make_policy("certa", aging=0.0, aging_pace=aging_pace), clock, max_requests=1)
-    long = ProgramInfo("long", 0.0, est_remaining_tokens=5000.0)
-    s.register(long)
-    submit(s, long, 1)
-    running: Ticket | None = None
-    for tick in range(horizon):
-        clock.t = float(tick)
-        short = ProgramInfo(f"s{tick}", clock.t, est_remaining_tokens=100.0)
-        s.register(short)
-        submit(s, short, 1)
-        if running is not None:
-            s.release(running)
-            running.program.tokens = 300
-            s.unregister(running.program.program_id)
-        got = s.admit()
-        running = got[0] if got else running
-        if running is not None and running.program is long:
-            return tick
-    return None
-
-
 def test_paced_aging_credits_the_fair_share_served_while_a_program_waited():
-    assert run_served_stream(aging_pace=0.0, horizon=300) is None  # no credit at all: pure SJF starves it
+    assert run_stream(0.0, 300, aging_pace=0.0, short_tokens=300) is None  # no credit at all: pure SJF starves it
     # three programs in the system (the long one, the short one running, the next): each finished
     # short program moves the virtual clock 300 / 3 tokens, so short program k's key is
     # 100 + pace * 100 * k and passes the long program's 5000 once pace * k > 49
-    assert 49 <= run_served_stream(aging_pace=1.0) <= 51
-    assert 195 <= run_served_stream(aging_pace=0.25, horizon=300) <= 198
+    assert 49 <= run_stream(0.0, aging_pace=1.0, short_tokens=300) <= 51
+    assert 195 <= run_stream(0.0, 300, aging_pace=0.25, short_tokens=300) <= 198
     pol = make_policy("certa", aging=0.0)  # aging_pace 0.25 by default
     early, other = ProgramInfo("early", 0.0, est_remaining_tokens=1000.0), ProgramInfo("other", 0.0)
     pol.observe_request(early)

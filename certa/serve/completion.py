@@ -25,6 +25,7 @@ from typing import Any, Literal
 
 from certa.runtime.policy import ExitReason, finish_reason
 from certa.runtime.result import Result
+from certa.runtime.streaming import CertaindexUpdate
 from certa.runtime.types import CertaindexPoint, TokenUsage
 
 __all__ = ["Completion", "Heartbeat", "Progress", "format_answer", "progress_line"]
@@ -33,14 +34,9 @@ FinishReason = Literal["stop", "length"]
 
 
 @dataclass(frozen=True, slots=True)
-class Progress:
-    """A certaindex measurement of a running program (``value`` combines all ``signals``)."""
-
-    program_id: str
-    knob: int
-    value: float
-    tokens: int
-    signals: dict[str, float] = field(default_factory=dict)
+class Progress(CertaindexUpdate):
+    """A certaindex measurement of a running program (``value`` combines all ``signals``): the
+    runtime's :class:`~certa.runtime.streaming.CertaindexUpdate`, with the server's renderings."""
 
     def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"event": "certaindex", "program_id": self.program_id, "knob": self.knob,

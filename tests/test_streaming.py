@@ -143,41 +143,44 @@ def slow_backend() -> ct.ScriptedBackend:
     return ct.ScriptedBackend(responses=[" ".join(["w"] * 40)], token_latency=0.02)
 
 
-def test_aclose_after_break_cancels_the_program_and_aborts_its_requests():
+def all_aborted_after(main):
+    """``main(rt, be)`` run on a fresh runtime over :func:`slow_backend`; afterwards no program is
+    left running and all three drafts' requests were aborted mid-stream. Returns what ``main`` did."""
     be = slow_backend()
     rt = ct.Runtime(be)
+    out = asyncio.run(main(rt, be))
+    assert rt.active_programs == {} and be.live_rids() == set()
+    assert len(set(be.abort_calls)) == 3
+    return out
 
-    async def main():
-        s = rt.stream(fan_program(tokens=40), mode="tokens", q="Q")
+
+def slow_stream(rt: ct.Runtime):
+    """A token stream of :func:`fan_program` whose three drafts are still decoding for a while."""
+    return rt.stream(fan_program(tokens=40), mode="tokens", q="Q")
+
+
+def test_aclose_after_break_cancels_the_program_and_aborts_its_requests():
+    async def main(rt, be):
+        s = slow_stream(rt)
         async for _ in s:
             assert be.live_rids()  # the branches' requests are streaming
             break
         await s.aclose()
         return s
 
-    s = asyncio.run(main())
-    assert rt.active_programs == {} and be.live_rids() == set()
-    assert len(set(be.abort_calls)) == 3  # all three drafts were aborted mid-stream
-    assert s.result is None  # cancelled: no result
+    assert all_aborted_after(main).result is None  # cancelled: no result
 
 
 def test_async_with_block_exit_cancels_the_program():
-    be = slow_backend()
-    rt = ct.Runtime(be)
-
-    async def leave_early():
-        async with rt.stream(fan_program(tokens=40), mode="tokens", q="Q") as s:
+    async def leave_early(rt, be):
+        async with slow_stream(rt) as s:
             await s.__anext__()
 
-    asyncio.run(leave_early())
-    assert rt.active_programs == {} and be.live_rids() == set() and len(set(be.abort_calls)) == 3
+    all_aborted_after(leave_early)
 
 
 def test_a_dropped_stream_cancels_its_program():
-    be = slow_backend()
-    rt = ct.Runtime(be)
-
-    async def main():
+    async def main(rt, be):
         exited = asyncio.Event()
         reasons: list[str] = []
 
@@ -187,23 +190,19 @@ def test_a_dropped_stream_cancels_its_program():
                 exited.set()
 
         rt.events.subscribe(on_exit)
-        async for _ in rt.stream(fan_program(tokens=40), mode="tokens", q="Q"):
+        async for _ in slow_stream(rt):
             break  # no aclose: the stream object is dropped here
         gc.collect()
         await exited.wait()  # the program's own exit event, after its cleanup
         return reasons
 
-    assert asyncio.run(main()) == ["cancelled"]
-    assert rt.active_programs == {} and be.live_rids() == set() and len(set(be.abort_calls)) == 3
+    assert all_aborted_after(main) == ["cancelled"]
 
 
 def test_cancelling_the_consumer_task_cancels_the_program():
-    be = slow_backend()
-    rt = ct.Runtime(be)
-
-    async def main():
+    async def main(rt, be):
         started = asyncio.Event()
-        s = rt.stream(fan_program(tokens=40), mode="tokens", q="Q")
+        s = slow_stream(rt)
 
         async def consume():
             async for _ in s:
@@ -215,8 +214,7 @@ def test_cancelling_the_consumer_task_cancels_the_program():
         await asyncio.gather(task, return_exceptions=True)
         await s.aclose()  # waits for the program's cleanup (it was cancelled by the consumer)
 
-    asyncio.run(main())
-    assert rt.active_programs == {} and be.live_rids() == set() and len(set(be.abort_calls)) == 3
+    all_aborted_after(main)
 
 
 def test_sub_program_parts_come_with_their_own_program_id():

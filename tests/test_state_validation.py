@@ -100,20 +100,34 @@ def test_awaitable_in_an_untyped_field_or_list_is_refused_too():
             apply_update(A(), update, reducers_of(A), program="p", step="s")
 
 
-def test_exception_in_answer_surfaces_on_the_result():
-    g = ct.Graph(S, name="ans")
+def _one_step_graph(name: str) -> ct.Graph:
+    """A graph whose one step, ``first``, sets ``n``; a test adds what raises."""
+    g = ct.Graph(S, name=name)
 
     @g.step
-    def step(s: S):
+    def first(s: S):
         return {"n": 1}
+
+    return g
+
+
+def _ct201(g: ct.Graph) -> StepFailedError:
+    """The CT201 that running ``g`` ends with (an error result: no answer)."""
+    r = _run(g, question="q")
+    assert r.exit_reason == "error" and not r.ok and r.answer is None
+    assert isinstance(r.error, StepFailedError) and r.error.code == "CT201"
+    return r.error
+
+
+def test_exception_in_answer_surfaces_on_the_result():
+    g = _one_step_graph("ans")
 
     @g.answer
     def final(s: S):
         return s.answers[0]  # IndexError
 
-    r = _run(g, question="q")
-    assert r.exit_reason == "error" and not r.ok and r.answer is None
-    assert isinstance(r.error, StepFailedError) and "'final'" in str(r.error) and "IndexError" in str(r.error)
+    err = _ct201(g)
+    assert "'final'" in str(err) and "IndexError" in str(err)
 
 
 def test_ct201_names_the_certaindex_that_raised():
@@ -127,17 +141,12 @@ def test_ct201_names_the_certaindex_that_raised():
     def agreement(s: S) -> float:
         return 1 / 0
 
-    r = _run(g, question="q")
-    assert isinstance(r.error, StepFailedError) and r.error.code == "CT201"
-    assert "certaindex 'agreement'" in str(r.error) and "ZeroDivisionError" in str(r.error)
+    err = _ct201(g)
+    assert "certaindex 'agreement'" in str(err) and "ZeroDivisionError" in str(err)
 
 
 def test_ct201_names_the_router_that_raised():
-    g = ct.Graph(S, name="rt")
-
-    @g.step
-    def first(s: S):
-        return {"n": 1}
+    g = _one_step_graph("rt")
 
     @g.step
     def second(s: S):
@@ -148,9 +157,8 @@ def test_ct201_names_the_router_that_raised():
 
     g.branch("first", pick)
 
-    r = _run(g, question="q")
-    assert isinstance(r.error, StepFailedError) and r.error.code == "CT201"
-    assert "router 'pick'" in str(r.error) and r.error.step == "first"
+    err = _ct201(g)
+    assert "router 'pick'" in str(err) and err.step == "first"
 
 
 def test_ct201_names_the_reducer_that_raised():

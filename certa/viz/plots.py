@@ -82,6 +82,13 @@ def save_figure(fig: "Figure", path: str | os.PathLike[str] | None, *, dpi: int 
     return out
 
 
+def _finish(fig: "Figure", path: str | os.PathLike[str] | None) -> "Figure":
+    """How every plot ends: laid out, written to ``path`` if given, returned."""
+    fig.tight_layout()
+    save_figure(fig, path)
+    return fig
+
+
 def _metadata(fmt: str) -> dict[str, Any]:
     # no timestamps or version strings: re-rendering an unchanged drawing gives the same file
     if fmt == "png":
@@ -185,9 +192,7 @@ def plot_certaindex(results: "Result | Sequence[Result]", path: str | os.PathLik
     ax.set_title(title or (f"{r0.name}: answer {r0.answer!r}, exit {r0.exit_reason}, {r0.tokens.total} tokens"
                            if single else "certaindex trajectories"), fontsize=10)
     ax.legend(loc="lower right", fontsize=8, framealpha=0.9)
-    fig.tight_layout()
-    save_figure(fig, path)
-    return fig
+    return _finish(fig, path)
 
 
 def plot_tokens_accuracy(report: dict[str, Any], path: str | os.PathLike[str] | None = None, *,
@@ -220,9 +225,7 @@ def plot_tokens_accuracy(report: dict[str, Any], path: str | os.PathLike[str] | 
     ax.set_title(title or f"{str(report.get('program', '')).upper()} on traces ({models})", fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7.5, loc="lower right")
-    fig.tight_layout()
-    save_figure(fig, path)
-    return fig
+    return _finish(fig, path)
 
 
 def plot_slo(result: dict[str, Any], path: str | os.PathLike[str] | None = None, *,
@@ -255,9 +258,7 @@ def plot_slo(result: dict[str, Any], path: str | os.PathLike[str] | None = None,
     preset = result.get("preset", {})
     fig.suptitle(title or f"SIMULATED serving: {preset.get('model', '?')} on {preset.get('hardware', '?')} "
                           "(estimated costs)", fontsize=10)
-    fig.tight_layout()
-    save_figure(fig, path)
-    return fig
+    return _finish(fig, path)
 
 
 def policy_color(name: str) -> str | None:
@@ -286,15 +287,21 @@ def plot_sweep(result: dict[str, Any], out_dir: str | pathlib.Path, prefix: str 
         ax.grid(alpha=0.3)
         return fig, ax
 
+    def target_line(ax) -> None:  # the attainment plots: the target, on a 0..1 axis
+        ax.axhline(result["spec"]["target"], ls="--", color="k", lw=0.8)
+        ax.set_ylim(-0.02, 1.02)
+
+    def save(fig, ax, name: str) -> None:
+        ax.legend(fontsize=8)
+        paths.append(save_figure(fig, d / f"{prefix}{name}.png"))
+
     fig, ax = fig_for("rate", "arrival rate (programs/s)", "SLO attainment", logx=True)
     for p in pols:
         rows = result["rate_sweep"][p]
         ax.plot([r["rate"] for r in rows], [r["attainment"] for r in rows], marker="o", ms=3,
                 color=policy_color(p), label=f"{p} (max {_fmt(result['max_rate'].get(p))}/s)")
-    ax.axhline(result["spec"]["target"], ls="--", color="k", lw=0.8)
-    ax.set_ylim(-0.02, 1.02)
-    ax.legend(fontsize=8)
-    paths.append(save_figure(fig, d / f"{prefix}attainment_vs_rate.png"))
+    target_line(ax)
+    save(fig, ax, "attainment_vs_rate")
 
     fig, ax = fig_for("lat", "arrival rate (programs/s)", "P90 latency (s)", logx=True)
     for p in pols:
@@ -302,24 +309,20 @@ def plot_sweep(result: dict[str, Any], out_dir: str | pathlib.Path, prefix: str 
         ax.plot([r["rate"] for r in rows], [r["latency"]["p90"] for r in rows], marker="o", ms=3,
                 color=policy_color(p), label=p)
     ax.set_yscale("log")
-    ax.legend(fontsize=8)
-    paths.append(save_figure(fig, d / f"{prefix}latency_vs_rate.png"))
+    save(fig, ax, "latency_vs_rate")
 
     slo = result["slo_sweep"]
     fig, ax = fig_for("slo", f"SLO scale (at {slo['rate']:.3g} programs/s)", "SLO attainment")
     for p in pols:
         ax.plot(slo["scales"], slo["attainment"][p], marker="o", ms=3, color=policy_color(p), label=p)
-    ax.axhline(result["spec"]["target"], ls="--", color="k", lw=0.8)
-    ax.set_ylim(-0.02, 1.02)
-    ax.legend(fontsize=8)
-    paths.append(save_figure(fig, d / f"{prefix}attainment_vs_slo.png"))
+    target_line(ax)
+    save(fig, ax, "attainment_vs_slo")
 
     fig, ax = fig_for("ftf", "latency / decode tokens (s per token)", "fraction of programs", logx=True)
     for p in pols:
         pts = slo["fairness"][p]["cdf"]
         ax.step([x for x, _ in pts], [y for _, y in pts], where="post", color=policy_color(p), label=p)
-    ax.legend(fontsize=8)
-    paths.append(save_figure(fig, d / f"{prefix}fairness_cdf.png"))
+    save(fig, ax, "fairness_cdf")
     return [p for p in paths if p is not None]
 
 

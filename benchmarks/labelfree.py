@@ -30,6 +30,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from _banks import add_banks_option, bank_dirs  # sibling module: benchmarks/ is on sys.path
 
 SC_SETS = {"sc:gsm8k-1.5b": "data/traces/gsm8k_dev_qwen2.5-coder-1.5b.jsonl.gz",
            "sc:math500-1.5b": "data/traces/math500_dev_qwen2.5-coder-1.5b.jsonl.gz"}
@@ -104,7 +105,7 @@ def brief(row: dict) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--banks", default=None, help="folder of probe banks (default: shared/data/probes)")
+    add_banks_option(ap)
     ap.add_argument("--out", default="docs/results/labelfree")
     ap.add_argument("--cache", default="out/labelfree")
     ap.add_argument("--reuse", action="store_true", help="read cached loss tables")
@@ -115,14 +116,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sc-cot", action="store_true", help="also SC over CoT on each model's AMC23 + AIME24 banks "
                                                          "(slow: every setting runs the lock-step program)")
     args = ap.parse_args(argv)
-    from certa.eval.datasets import data_dir
     from certa.eval.labelfree_bench import rows_from
     from certa.selfcal import ExploreRate
     from certa.eval.traces import load_traces
-    banks = Path(args.banks) if args.banks else data_dir() / "probes"
-    out_dir, cache = Path(args.out), Path(args.cache)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    cache.mkdir(parents=True, exist_ok=True)
+    banks, out_dir, cache = bank_dirs(args, "out", "cache")
     summary: dict = {"delta": args.delta, "sets": {}}
     kw = {"delta": args.delta, "reps": args.reps}
     for name, path in SC_SETS.items():

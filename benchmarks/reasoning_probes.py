@@ -40,6 +40,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from _banks import add_banks_option, bank_dirs, bank_files  # sibling module: benchmarks/ is on sys.path
 
 SPANS, CONCLUDE_SPANS, SHARES, EVERY = (256, 512, 768), (1024, 1536, 2048, 3072), (0.75, 1.0), (64, 128)
 KS = (4, 8, 12, 16, 24, 32, 48, 64)
@@ -224,7 +225,7 @@ def plot(files: list[dict], summary: dict, path: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--banks", default=None, help="folder of probe banks (default: shared/data/probes)")
+    add_banks_option(ap)
     ap.add_argument("--out", default="docs/results/reasoning_probes", help="summary.json, table.md, pareto.png")
     ap.add_argument("--cache", default="out/reasoning_probes", help="per-problem scores of every candidate")
     ap.add_argument("--reuse", action="store_true", help="read the cache's scores_<file>.json of an earlier run")
@@ -233,12 +234,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--file-tol", type=float, default=1.5, help="per-file accuracy tolerance, points (1.5: one "
                                                                      "chain of a 30-problem x 3-chain file)")
     args = ap.parse_args(argv)
-    from certa.eval.datasets import data_dir
-    banks = Path(args.banks) if args.banks else data_dir() / "probes"
-    out, cache = Path(args.out), Path(args.cache)
-    out.mkdir(parents=True, exist_ok=True)
-    cache.mkdir(parents=True, exist_ok=True)
-    paths = sorted(str(p) for p in banks.glob("*.jsonl.gz"))
+    banks, out, cache = bank_dirs(args, "out", "cache")
+    paths = bank_files(banks)
     todo = [p for p in paths if not (args.reuse and (cache / f"scores_{Path(p).name}.json").exists())]
     t0 = time.time()
     with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:

@@ -29,6 +29,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from _banks import add_banks_option, bank_dirs, bank_files  # sibling module: benchmarks/ is on sys.path
 
 VOTES = ((2 / 3, 16), (1.0, 8), (1.0, 16))
 
@@ -84,18 +85,15 @@ def table(reports: list[dict]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--banks", default=None, help="folder of probe banks (default: shared/data/probes)")
+    add_banks_option(ap)
     ap.add_argument("--out", default="docs/results/reasoning_sc_cot")
     ap.add_argument("--jobs", type=int, default=1)
     ap.add_argument("--thin", type=int, default=None, help="also replay the banks thinned to a probe every N tokens")
     ap.add_argument("--thin-only", default=None, help="thin only files whose name contains this (e.g. 'a')")
     ap.add_argument("--reuse", action="store_true", help="keep reports already in --out")
     args = ap.parse_args(argv)
-    from certa.eval.datasets import data_dir
-    banks = Path(args.banks) if args.banks else data_dir() / "probes"
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    paths = sorted(str(p) for p in banks.glob("*.jsonl.gz"))
+    banks, out = bank_dirs(args, "out")
+    paths = bank_files(banks)
     thin = [p for p in paths if args.thin_only is None or args.thin_only in Path(p).name] if args.thin else []
     jobs = [(p, None) for p in paths] + [(p, args.thin) for p in thin]
     name = lambda job: out / (Path(job[0]).name.replace(".jsonl.gz", "") + (f"@{job[1]}" if job[1] else "") + ".json")  # noqa: E731

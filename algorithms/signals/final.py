@@ -33,7 +33,7 @@ from typing import ClassVar
 
 from certa.runtime.errors import ConfigError
 
-from certa.algorithms.signals.cot import ChainView, CoTSignal
+from certa.algorithms.signals.cot import ChainView
 from certa.algorithms.signals import text as _text
 
 __all__ = ["FEATURES", "FINAL_BIAS", "FINAL_THRESHOLD", "FINAL_WEIGHTS", "FinalAnswer", "final_features",
@@ -119,7 +119,7 @@ def final_probability(features: Sequence[float], weights: Sequence[float], bias:
 
 
 @dataclass(frozen=True)
-class FinalAnswer(CoTSignal):
+class FinalAnswer(_text.ProblemBound):
     """1.0 iff the committed answer is final with probability >= ``threshold`` (see the module
     docstring). ``weights``/``bias``: the logistic model over :data:`FEATURES`."""
 
@@ -137,10 +137,6 @@ class FinalAnswer(CoTSignal):
                               hint="one per name of FEATURES")
         if not 0.0 < self.threshold < 1.0:
             raise ConfigError(f"final needs 0 < threshold < 1, got {self.threshold}")
-
-    def for_problem(self, question: str, dataset: str | None = None) -> "FinalAnswer":
-        """This rule for one problem (its question, and dataset when given)."""
-        return FinalAnswer(self.weights, self.bias, self.threshold, dataset or self.dataset, question)
 
     def to_dict(self) -> dict:
         return {"kind": self.kind, "weights": list(self.weights), "bias": self.bias, "threshold": self.threshold}

@@ -46,7 +46,7 @@ from certa.runtime.errors import ConfigError
 
 from certa.algorithms.signals.cot import AllOf, AnyOf, ChainView, CoTSignal
 from certa.algorithms.signals.multipath import HESITATION_WORDS, ProbeObs, has_hesitation
-from certa.algorithms.signals.text import same_answer, statements
+from certa.algorithms.signals.text import ProblemBound, check_statement_kinds, same_answer, statements
 
 __all__ = ["Boxed", "ProbeVote", "REASONING_DEFAULT", "TextAgrees", "reasoning_signal"]
 
@@ -78,7 +78,7 @@ class Boxed(CoTSignal):
 
 
 @dataclass(frozen=True)
-class TextAgrees(CoTSignal):
+class TextAgrees(ProblemBound):
     """1.0 iff the latest probe's answer equals the chain's committed answer (the value of its
     latest answer statement, :func:`~certa.algorithms.signals.text.statements`).
 
@@ -94,12 +94,7 @@ class TextAgrees(CoTSignal):
     kind: ClassVar[str] = "stated"
 
     def __post_init__(self) -> None:
-        if self.kinds not in ("answer", "any"):
-            raise ConfigError(f"unknown statement kinds {self.kinds!r}", hint="answer or any")
-
-    def for_problem(self, question: str, dataset: str | None = None) -> "TextAgrees":
-        """This rule for one problem (its question, and dataset when given)."""
-        return TextAgrees(self.kinds, dataset or self.dataset, question)
+        check_statement_kinds(self.kinds, ("answer", "any"))
 
     def to_dict(self) -> dict:
         return {"kind": self.kind, "kinds": self.kinds}  # dataset and question are the problem's (bound when run)

@@ -35,10 +35,11 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import re
 from dataclasses import dataclass
-from typing import ClassVar, Literal
+from typing import ClassVar, Literal, TypeVar
 
 from certa.runtime.errors import ConfigError
 
@@ -46,8 +47,8 @@ from certa.algorithms.answers.equivalence import math_equal
 from certa.algorithms.answers.extract import NUMERIC_DATASETS, canonical_dataset
 from certa.algorithms.signals.cot import AllOf, ChainView, CoTSignal
 
-__all__ = ["Committed", "DOUBT_WORDS", "Statement", "asked_quantity", "committed_answer", "for_problem", "same_answer",
-           "statements"]
+__all__ = ["Committed", "DOUBT_WORDS", "ProblemBound", "Statement", "asked_quantity", "check_statement_kinds",
+           "committed_answer", "for_problem", "same_answer", "statements"]
 
 DOUBT_WORDS: tuple[str, ...] = ("wait", "hmm", "hold on", "actually", "double-check", "double check", "recheck",
                                 "re-check", "let me check", "let me verify", "let me recheck", "mistake",
@@ -276,8 +277,27 @@ def fits(value: str, dataset: str, question: str) -> bool:
     return True
 
 
+_Bound = TypeVar("_Bound", bound="ProblemBound")
+
+
+class ProblemBound(CoTSignal):
+    """Base of the signals that read a chain's text for one problem (:class:`Committed`,
+    ``TextAgrees``, ``FinalAnswer``): dataclasses whose ``dataset`` and ``question`` fields say
+    what the question asks for, bound per problem by :meth:`for_problem`."""
+
+    def for_problem(self: _Bound, question: str, dataset: str | None = None) -> _Bound:
+        """This rule for one problem (its question, and dataset when given)."""
+        return dataclasses.replace(self, dataset=dataset or self.dataset, question=question)  # type: ignore[attr-defined]
+
+
+def check_statement_kinds(kinds: str, allowed: tuple[str, ...]) -> None:
+    """ConfigError unless ``kinds`` (which statements a rule counts) is one of ``allowed``."""
+    if kinds not in allowed:
+        raise ConfigError(f"unknown statement kinds {kinds!r}", hint=" or ".join(allowed))
+
+
 @dataclass(frozen=True)
-class Committed(CoTSignal):
+class Committed(ProblemBound):
     """1.0 iff the chain has committed to its answer (see the module docstring).
 
     ``kinds``: ``strict`` counts boxes and "answer is" only, ``conclude`` also conclusions
@@ -295,15 +315,10 @@ class Committed(CoTSignal):
     kind: ClassVar[str] = "committed"
 
     def __post_init__(self) -> None:
-        if self.kinds not in ("strict", "conclude"):
-            raise ConfigError(f"unknown statement kinds {self.kinds!r}", hint="strict or conclude")
+        check_statement_kinds(self.kinds, ("strict", "conclude"))
         if self.confirm < 1 or self.quiet < 0 or self.survive < 0:
             raise ConfigError(f"committed needs confirm >= 1, quiet >= 0, survive >= 0, got "
                               f"{self.confirm}, {self.quiet}, {self.survive}")
-
-    def for_problem(self, question: str, dataset: str | None = None) -> "Committed":
-        """This rule for one problem (its question, and dataset when given)."""
-        return Committed(self.kinds, self.confirm, self.quiet, self.survive, dataset or self.dataset, question)
 
     def to_dict(self) -> dict:
         return {"kind": self.kind, "kinds": self.kinds, "confirm": self.confirm, "quiet": self.quiet,

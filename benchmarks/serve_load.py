@@ -96,9 +96,13 @@ def make_server(scheduler: str, *, hard_every: int, latency: float = 0.02, token
     return server, be
 
 
-async def _drive(base_url: str, n: int) -> list[dict[str, Any]]:
+async def _drive(base_url: str, n: int, ask=None, check=None) -> list[dict[str, Any]]:
+    """Fire requests 1..n at once; ``ask(i) -> create() kwargs`` and ``check(i, content) -> bool``
+    (default: the scripted "Problem i" and its boxed answer i)."""
     import httpx
     import openai
+    ask = ask or (lambda i: {"model": "sc", "messages": [{"role": "user", "content": f"Problem {i}: what is the answer?"}]})
+    check = check or (lambda i, content: content == f"\\boxed{{{i}}}")
     http = httpx.AsyncClient(limits=httpx.Limits(max_connections=n + 8, max_keepalive_connections=n + 8),
                              timeout=900.0)
     client = openai.AsyncOpenAI(base_url=base_url, api_key="unused", max_retries=0, http_client=http)
@@ -106,15 +110,15 @@ async def _drive(base_url: str, n: int) -> list[dict[str, Any]]:
     async def one(i: int) -> dict[str, Any]:
         t0 = time.perf_counter()
         try:
-            r = await client.chat.completions.create(
-                model="sc", messages=[{"role": "user", "content": f"Problem {i}: what is the answer?"}])
+            r = await client.chat.completions.create(**ask(i))
         except Exception as exc:  # noqa: BLE001 - a failed request is a figure, not a crash
             return {"i": i, "start": t0, "latency_s": time.perf_counter() - t0, "ok": False, "failed": type(exc).__name__,
                     "exit_reason": "failed", "completion_tokens": 0}
         extra = r.model_extra or {}
         return {"i": i, "start": t0, "latency_s": time.perf_counter() - t0, "content": r.choices[0].message.content,
-                "ok": r.choices[0].message.content == f"\\boxed{{{i}}}", "exit_reason": extra["certa"]["exit_reason"],
-                "completion_tokens": r.usage.completion_tokens, "failed": None}
+                "ok": check(i, r.choices[0].message.content), "exit_reason": extra["certa"]["exit_reason"],
+                "knob_used": extra["certa"].get("knob_used"), "completion_tokens": r.usage.completion_tokens,
+                "failed": None}
 
     try:
         return await asyncio.gather(*(one(i) for i in range(1, n + 1)))
@@ -219,14 +223,20 @@ def _median_result(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def main() -> None:
+def main() -> int | None:
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--backend", default="sim")
+    if pre.parse_known_args()[0].backend in ("llamacpp", "sglang"):  # the real engines: their own options
+        import serve_engine_load  # sibling module: benchmarks/ is on sys.path
+        return serve_engine_load.main()
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--n", type=int, default=200)
     ap.add_argument("--schedulers", default="certa,fcfs")
     ap.add_argument("--repeats", type=int, default=1, help="interleaved runs per scheduler (medians reported)")
     ap.add_argument("--hard-every", default="1,4", help="every k-th question is hard (runs to the cap); "
                     "comma-separated: one regime each")
-    ap.add_argument("--backend", choices=("sim", "scripted"), default="sim")
+    ap.add_argument("--backend", choices=("sim", "scripted", "llamacpp", "sglang"), default="sim",
+                    help="llamacpp / sglang: a real engine (benchmarks/serve_engine_load.py; its own options)")
     ap.add_argument("--preset", default="h100-llama-3.1-8b", help="sim: simulated GPU x model (an ESTIMATE)")
     ap.add_argument("--speed", type=float, default=10.0, help="sim: engine seconds per wall second")
     ap.add_argument("--tokens", default="500-2000", help="sim: decode tokens per branch, min-max")
@@ -290,4 +300,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

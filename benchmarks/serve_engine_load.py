@@ -8,7 +8,7 @@ attaches its scheduler to the engine, which orders its batches by it). ``--backe
 in-process SGLang engine (``--model``: a HF path; needs a GPU and ``sglang``; without them the
 script exits with a message, no traceback).
 
-Workload: ``--questions`` (default ``gsm8k:0:12``, development rows only: GSM8K idx < 800,
+Workload: ``--questions`` (default ``gsm8k:0:8``, development rows only: GSM8K idx < 800,
 MATH-500 idx < 300; several specs comma-separated, e.g. ``gsm8k:0:12,math500:0:4``), all sent at
 once by N concurrent OpenAI clients (``serve_load._drive``), each to the project's SC program
 (``build("sc", branches_per_round, cap, max_tokens, dataset=...)``, the shipped stable-vote
@@ -19,7 +19,7 @@ backend requests are admitted at once; the rest queue in the scheduler, which is
 matters. Every answer is graded against gold (``certa.algorithms.answers.grade``). The schedulers
 run INTERLEAVED (repeat 0: certa, fcfs, app-fifo; repeat 1: ...) after one untimed warm-up.
 
-Regime: ``results["gsm8k"]`` (named after the question specs, e.g. ``"gsm8k:0:12"``) →
+Regime: ``results[QUESTIONS]`` (named after the ``--questions`` spec, e.g. ``"gsm8k:0:8"``) →
 scheduler → medians over repeats of {latency_s {mean,p50,p90,p99} (wall seconds), throughput_rps,
 completion_tokens, correct, failed, exit_reasons}; ``ratios[regime]["certa/fcfs"]`` etc. are
 medians over repeats of the per-repeat ratios (mean, p90 latency; throughput).
@@ -35,8 +35,10 @@ mean and P90 ratios and their relative errors.
 
 Scaling up: ``--questions gsm8k:0:200`` (more requests), ``--model /path/to/model.gguf``
 (bigger model), ``--threads N`` on more cores, ``--n-seq``/``--max-inflight`` for a wider batch,
-``--repeats 3`` for medians; the default (12 questions, 1 repeat) takes about 10-15 minutes on 2
-shared cores.
+``--repeats 3`` for medians. The default (8 questions, SC 2 a round up to 4 branches of at most
+384 tokens, 1 repeat, 3 schedulers) takes about 12-15 minutes on 2 cores with one llama.cpp thread
+(about 32 decode tokens/s with 4 sequences); the 0.5B model answers GSM8K poorly (about 1 in 5
+samples right), so branches often disagree and run to the cap.
 """
 
 from __future__ import annotations
@@ -63,12 +65,12 @@ STORED_FIT = Path(__file__).resolve().parent.parent / "docs/results/sim-cpu-2026
 
 # ---- workload -------------------------------------------------------------------------
 def load_questions(spec: str) -> list[Any]:
-    """``"gsm8k:0:12,math500:0:4"`` → Problems (development rows only: reserved idx raise)."""
+    """``"gsm8k:0:8,math500:0:4"`` → Problems (development rows only: reserved idx raise)."""
     from certa.eval.datasets import load_dataset
     out = []
     for part in spec.split(","):
         name, _, idx = part.partition(":")
-        out += load_dataset(name, idx=idx or "0:12")
+        out += load_dataset(name, idx=idx or "0:8")
     return out
 
 
@@ -346,12 +348,12 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--backend", choices=("llamacpp", "sglang"), default="llamacpp")
     ap.add_argument("--model", default=None, help="llamacpp: a GGUF path or known name (default qwen2.5-coder-0.5b); "
                     "sglang: a model path (default Qwen/Qwen2.5-1.5B-Instruct)")
-    ap.add_argument("--questions", default="gsm8k:0:12", help="dataset:idx specs, comma-separated (dev rows only)")
+    ap.add_argument("--questions", default="gsm8k:0:8", help="dataset:idx specs, comma-separated (dev rows only)")
     ap.add_argument("--schedulers", default="certa,fcfs,app-fifo", help="the first is the base of the ratios")
     ap.add_argument("--repeats", type=int, default=1, help="interleaved runs per scheduler (medians reported)")
     ap.add_argument("--branches", type=int, default=2, help="SC branches_per_round")
     ap.add_argument("--cap", type=int, default=4, help="SC cap (most branches per question)")
-    ap.add_argument("--max-tokens", type=int, default=256, help="decode tokens per branch")
+    ap.add_argument("--max-tokens", type=int, default=384, help="decode tokens per branch")
     ap.add_argument("--max-inflight", type=int, default=4, help="backend requests admitted at once (the rest queue)")
     ap.add_argument("--n-seq", type=int, default=4, help="llamacpp: sequence slots")
     ap.add_argument("--n-ctx", type=int, default=8192, help="llamacpp: KV cells")

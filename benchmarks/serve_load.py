@@ -17,6 +17,13 @@ Backends (``--backend``):
   ones beside them.
 * ``scripted`` — the fixed-latency fake (``--latency`` + ``--token-latency`` per request): no
   contention; it measures the server's own overhead.
+* ``llamacpp`` — a REAL engine: the embedded llama.cpp engine with the small CPU model, real
+  GSM8K (dev) questions, the SC program's real certaindex exits, schedulers certa / fcfs /
+  app-fifo interleaved, every answer graded; then the simulator's prediction of the same run.
+  Its own options: :mod:`serve_engine_load` (``python benchmarks/serve_load.py --backend
+  llamacpp --json out.json [--png out.png]``).
+* ``sglang`` — the same workload on the in-process SGLang engine (a GPU and ``sglang``; without
+  them it exits with a message).
 
 The same 200 requests run once per scheduler (``certa`` then ``fcfs``, ``--repeats``
 interleaved) in the same process.

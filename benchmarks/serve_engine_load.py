@@ -328,8 +328,12 @@ def sglang_missing() -> str | None:
     import importlib.util
     if importlib.util.find_spec("sglang") is None:
         return "sglang is not installed (pip install 'certa[sglang]')"
-    from certa.runtime.backends.registry import _has_cuda
-    if not _has_cuda():
+    try:
+        import torch
+        cuda = bool(torch.cuda.is_available())
+    except Exception:  # noqa: BLE001 - no torch, or a broken CUDA setup: no GPU to use
+        cuda = False
+    if not cuda:
         return "no CUDA GPU is visible (torch.cuda.is_available() is False)"
     return None
 

@@ -57,6 +57,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from serve_load import _drive, _summary  # noqa: E402  (sibling module)
 
+from certa.recording import RecordingBackend  # noqa: E402
 from certa.runtime.backends.base import Backend  # noqa: E402
 from certa.runtime.types import GenRequest, GenResult  # noqa: E402
 
@@ -78,30 +79,20 @@ def program_name(dataset: str) -> str:
     return f"sc-{dataset}"
 
 
-class Tap(Backend):
-    """Forwards to the engine and logs every finished generation (what the simulator replays)."""
+class Tap(RecordingBackend):
+    """The run recorder (a transparent proxy of the engine) that also logs every finished
+    generation flat, with its prompt tokens: what the simulator replays."""
 
     def __init__(self, inner: Backend) -> None:
-        self.inner, self.capabilities, self.log = inner, inner.capabilities, []
-
-    def __getattr__(self, name: str) -> Any:  # attach_scheduler, engine, model_path, ...
-        return getattr(self.inner, name)
+        super().__init__(inner)
+        self.log: list[dict[str, Any]] = []
 
     async def generate(self, req: GenRequest) -> GenResult:
-        out = await self.inner.generate(req)
+        out = await super().generate(req)
         if out.finish_reason != "abort":
             self.log.append({"prompt": req.prompt, "seed": req.seed, "text": out.text, "tokens": out.tokens,
                              "prompt_tokens": out.prompt_tokens, "finish": out.finish_reason})
         return out
-
-    async def abort(self, rid: str) -> bool:
-        return await self.inner.abort(rid)
-
-    def live_rids(self) -> set[str]:
-        return self.inner.live_rids()
-
-    async def close(self) -> None:
-        await self.inner.close()
 
 
 def make_programs(problems: list[Any], args) -> dict[str, Any]:
